@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Create throwaway virtualenvs for the peer servers used by http_bench.py.
+# These are NEVER dependencies of the project; they live outside the repo.
+# Idempotent: a venv that already has the pinned version is left alone.
+#
+#   BENCH_VENVS   where the venvs go (default /tmp/bench-venvs)
+#   PYTHON        interpreter to build them with (default python3.11)
+set -euo pipefail
+
+VENVS="${BENCH_VENVS:-/tmp/bench-venvs}"
+PY="${PYTHON:-python3.11}"
+KSERVE_VERSION="${KSERVE_VERSION:-0.21.0}"
+MLSERVER_VERSION="${MLSERVER_VERSION:-1.7.1}"
+
+mkdir -p "$VENVS"
+status=0
+
+# make_venv NAME DIST VERSION [EXTRA_PIP_ARGS...]
+make_venv() {
+    local name="$1" dist="$2" version="$3"; shift 3
+    local dir="$VENVS/$name"
+    if [ -x "$dir/bin/python" ] && "$dir/bin/python" - "$dist" "$version" <<'PY' 2>/dev/null
+import sys
+from importlib.metadata import version
+sys.exit(0 if version(sys.argv[1]) == sys.argv[2] else 1)
+PY
+    then
+        echo "[setup_peers] $name: $dist==$version already installed in $dir"
+        return 0
+    fi
+    echo "[setup_peers] $name: creating $dir with $dist==$version"
+    rm -rf "$dir"
+    "$PY" -m venv "$dir"
+    "$dir/bin/python" -m pip install -q --upgrade pip
+    if ! "$dir/bin/python" -m pip install -q "$dist==$version" "$@"; then
+        echo "[setup_peers] $name: pip install $dist==$version FAILED" >&2
+        status=1
+        return 0
+    fi
+    "$dir/bin/python" -m pip show "$dist" | sed -n '1,2p'
+}
+
+make_venv kserve kserve "$KSERVE_VERSION"
+make_venv mlserver mlserver "$MLSERVER_VERSION"
+
+exit $status

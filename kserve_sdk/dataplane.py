@@ -1,0 +1,166 @@
+"""The one protocol-agnostic data plane behind REST v1, REST v2 and gRPC.
+
+Wire handlers decode a request into a dict (v1) or an InferRequest (v2), call a method here and
+encode what it returns. Model lookup, readiness, the response rules of v2 (requested outputs, binary
+outputs) and latency logging are applied here once, for every protocol.
+"""
+import inspect
+import logging
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from .errors import InferenceError, ModelNotFound, ModelNotReady
+from .logging import trace_logger
+from .model import InferenceModel, InferenceVerb, Model
+from .model_repository import ModelRepository
+from .protocol.infer_type import InferRequest, InferResponse
+from .utils.utils import get_predict_response
+
+try:
+    from importlib.metadata import version as _pkg_version
+
+    SERVER_VERSION = _pkg_version("kserve-sdk")
+except Exception:  # not installed as a distribution (e.g. run from a checkout)
+    SERVER_VERSION = "0.1.0"
+
+SERVER_NAME = "kserve-sdk"
+SERVER_EXTENSIONS = ["model_repository_extension", "binary_tensor_data"]
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+class DataPlane:
+    """Health, metadata, inference and explanation over a model repository."""
+
+    def __init__(self, model_registry: ModelRepository, enable_latency_logging: bool = True):
+        self._model_registry = model_registry
+        self.enable_latency_logging = enable_latency_logging
+
+    @property
+    def model_registry(self) -> ModelRepository:
+        """The repository of served models."""
+        return self._model_registry
+
+    # --- health and metadata ------------------------------------------------------------------------
+    @staticmethod
+    async def live() -> Dict[str, str]:
+        """Liveness: the process answers."""
+        return {"status": "alive"}
+
+    @staticmethod
+    def metadata() -> Dict[str, Any]:
+        """Server metadata: name, version and protocol extensions."""
+        return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": SERVER_EXTENSIONS}
+
+    async def ready(self) -> bool:
+        """Readiness: at least one model is registered and every registered model is ready."""
+        names = list(self._model_registry.get_models())
+        if not names:
+            return False
+        for name in names:
+            if not await self._model_registry.is_model_ready(name):
+                return False
+        return True
+
+    def list_models(self) -> List[str]:
+        """Names of the registered models."""
+        return list(self._model_registry.get_models())
+
+    def get_model(self, name: str) -> InferenceModel:
+        """The model registered as ``name``; ModelNotFound if there is none."""
+        model = self._model_registry.get_model(name)
+        if model is None:
+            raise ModelNotFound(name)
+        return model
+
+    async def model_ready(self, name: str) -> bool:
+        """Whether the named model is ready; ModelNotFound if there is none."""
+        self.get_model(name)
+        return await self._model_registry.is_model_ready(name)
+
+    async def ready_model(self, name: str) -> InferenceModel:
+        """The named model if it can serve: ModelNotFound / ModelNotReady otherwise."""
+        model = self.get_model(name)
+        if not await self._model_registry.is_model_ready(name):
+            raise ModelNotReady(name)
+        return model
+
+    async def model_metadata(self, name: str, version: Optional[str] = None) -> Dict[str, Any]:
+        """v2 model metadata: name, versions, platform and tensor descriptions."""
+        model = self.get_model(name)
+        return {
+            "name": name,
+            "versions": [version] if version else [],
+            "platform": "",
+            "inputs": await _maybe_await(model.get_input_types()),
+            "outputs": await _maybe_await(model.get_output_types()),
+        }
+
+    # --- inference ----------------------------------------------------------------------------------
+    async def infer(self, model_name: str, request: Any,
+                    headers: Optional[Dict[str, str]] = None) -> Tuple[Any, Dict[str, str]]:
+        """Run a predict call: ``request`` is a dict (v1) or an InferRequest (v2).
+
+        Returns ``(response, response_headers)``. For v2, the response is an InferResponse carrying the
+        request's output choices, or whatever dict/bytes the model returned.
+        """
+        return await self._call(model_name, request, headers, InferenceVerb.PREDICT)
+
+    async def explain(self, model_name: str, request: Any,
+                      headers: Optional[Dict[str, str]] = None) -> Tuple[Any, Dict[str, str]]:
+        """Run an explain call; same shapes as :meth:`infer`."""
+        return await self._call(model_name, request, headers, InferenceVerb.EXPLAIN)
+
+    async def _call(self, model_name: str, request: Any, headers: Optional[Dict[str, str]],
+                    verb: InferenceVerb) -> Tuple[Any, Dict[str, str]]:
+        model = await self.ready_model(model_name)
+        headers = {} if headers is None else headers
+        if isinstance(model, Model):
+            response, response_headers, timings = await model.run_pipeline(request, headers, verb)
+            if self.enable_latency_logging and trace_logger.isEnabledFor(logging.INFO):
+                self._log_latency(headers, timings)
+        else:
+            response, response_headers = await _maybe_await(model(request, headers=headers, verb=verb))
+        if isinstance(request, InferRequest):
+            response = self._as_v2_response(model_name, request, response)
+        return response, response_headers or {}
+
+    @staticmethod
+    def _as_v2_response(model_name: str, request: InferRequest, response: Any) -> Any:
+        """Apply the request's output choices; wrap arrays/lists a v2 model returned."""
+        if isinstance(response, (np.ndarray, list)):
+            return get_predict_response(request, response, model_name)
+        if isinstance(response, InferResponse):
+            if response._requested_outputs is None:
+                response._requested_outputs = request.request_outputs
+            response._use_binary_outputs = request.use_binary_outputs
+            if response.id is None:
+                response.id = request.id
+            if response.model_name is None:
+                response.model_name = model_name
+            return response
+        if isinstance(response, (dict, bytes, str)):
+            return response
+        raise InferenceError(f"model '{model_name}' returned {type(response).__name__}, not a v2 response")
+
+    @staticmethod
+    def _log_latency(headers: Dict[str, str], timings: Dict[str, float]) -> None:
+        trace_logger.info(
+            "requestId: %s, preprocess_ms: %.3f, explain_ms: %.3f, predict_ms: %.3f, postprocess_ms: %.3f",
+            headers.get("x-request-id", "N.A."), timings.get("preprocess_ms", 0.0), timings.get("explain_ms", 0.0),
+            timings.get("predict_ms", 0.0), timings.get("postprocess_ms", 0.0),
+        )
+
+    # --- repository ---------------------------------------------------------------------------------
+    async def load(self, name: str) -> None:
+        """Load a model by name through the repository; ModelNotFound if it cannot."""
+        loaded = await _maybe_await(self._model_registry.load(name))
+        if not loaded:
+            raise ModelNotFound(name)
+
+    async def unload(self, name: str) -> None:
+        """Stop and remove a model; ModelNotFound if there is none."""
+        self._model_registry.unload(name)

@@ -1,0 +1,175 @@
+"""Typed errors. Each knows the HTTP status and gRPC status code it is answered with.
+
+Handlers never decide statuses themselves: they call :func:`status_of` (HTTP) or read ``grpc_code``.
+The class names and messages are KServe's, so user code that raises or catches them keeps working.
+"""
+from http import HTTPStatus
+from typing import Optional, Tuple
+
+
+class ModelMissingError(Exception):
+    """The model files expected at a path are not there."""
+
+    http_status = HTTPStatus.NOT_FOUND
+    grpc_code = "NOT_FOUND"
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __str__(self) -> str:
+        return self.path
+
+
+class InferenceError(RuntimeError):
+    """Inference failed in a way the client did not cause (HTTP 500, gRPC INTERNAL)."""
+
+    http_status = HTTPStatus.INTERNAL_SERVER_ERROR
+    grpc_code = "INTERNAL"
+
+    def __init__(self, reason: str, status: Optional[str] = None, debug_details: Optional[str] = None):
+        self.reason = reason
+        self.status = status
+        self.debug_details = debug_details
+
+    def __str__(self) -> str:
+        return f"[{self.status}] {self.reason}" if self.status else self.reason
+
+
+class InvalidInput(ValueError):
+    """The request is malformed or does not fit the model (HTTP 400, gRPC INVALID_ARGUMENT)."""
+
+    http_status = HTTPStatus.BAD_REQUEST
+    grpc_code = "INVALID_ARGUMENT"
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class PayloadTooLarge(InvalidInput):
+    """The request or response is larger than the server accepts (HTTP 413, gRPC RESOURCE_EXHAUSTED)."""
+
+    http_status = HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+    grpc_code = "RESOURCE_EXHAUSTED"
+
+
+class ModelNotFound(Exception):
+    """No model with this name is registered (HTTP 404, gRPC NOT_FOUND)."""
+
+    http_status = HTTPStatus.NOT_FOUND
+    grpc_code = "NOT_FOUND"
+
+    def __init__(self, model_name: Optional[str] = None):
+        self.model_name = model_name
+        self.reason = f"Model with name {model_name} does not exist."
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class ModelNotReady(RuntimeError):
+    """The model is registered but cannot serve yet (HTTP 503, gRPC UNAVAILABLE)."""
+
+    http_status = HTTPStatus.SERVICE_UNAVAILABLE
+    grpc_code = "UNAVAILABLE"
+
+    def __init__(self, model_name: str, detail: Optional[str] = None):
+        self.model_name = model_name
+        self.error_msg = f"Model with name {model_name} is not ready."
+        if detail:
+            self.error_msg += " " + detail
+
+    def __str__(self) -> str:
+        return self.error_msg
+
+
+class UnsupportedProtocol(Exception):
+    """The protocol asked for is not one the server speaks (HTTP 501, gRPC UNIMPLEMENTED)."""
+
+    http_status = HTTPStatus.NOT_IMPLEMENTED
+    grpc_code = "UNIMPLEMENTED"
+
+    def __init__(self, protocol_version: Optional[str] = None):
+        self.reason = f"Unsupported protocol {protocol_version}."
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class ServerNotReady(RuntimeError):
+    """Some registered model is not ready (HTTP 503, gRPC UNAVAILABLE)."""
+
+    http_status = HTTPStatus.SERVICE_UNAVAILABLE
+    grpc_code = "UNAVAILABLE"
+
+    def __init__(self, detail: Optional[str] = None):
+        self.error_msg = "Server is not ready." + (" " + detail if detail else "")
+
+    def __str__(self) -> str:
+        return self.error_msg
+
+
+class ServerNotLive(RuntimeError):
+    """The server cannot serve at all (HTTP 503, gRPC UNAVAILABLE)."""
+
+    http_status = HTTPStatus.SERVICE_UNAVAILABLE
+    grpc_code = "UNAVAILABLE"
+
+    def __init__(self, detail: Optional[str] = None):
+        self.error_msg = "Server is not live." + (" " + detail if detail else "")
+
+    def __str__(self) -> str:
+        return self.error_msg
+
+
+class NoModelReady(RuntimeError):
+    """``ModelServer.start`` was given models and none of them is ready."""
+
+    def __init__(self, models: list, detail: Optional[str] = None):
+        self.models = models
+        self.detail = detail
+
+    def __str__(self) -> str:
+        names = [m.name for m in self.models]
+        if len(names) == 1:
+            return f"Model with name {names[0]} is not ready."
+        return f"Models with names {', '.join(names)} are not ready."
+
+
+def status_of(exc: BaseException) -> Tuple[int, str]:
+    """Return the HTTP status and the client-facing message for any exception.
+
+    Our typed errors carry their own status; ``NotImplementedError`` is 501; anything else the model
+    raised is a 500 whose message names the exception type, as KServe does.
+    """
+    status = getattr(exc, "http_status", None)
+    if status is not None:
+        return int(status), str(exc)
+    if isinstance(exc, NotImplementedError):
+        return int(HTTPStatus.NOT_IMPLEMENTED), str(exc) or "Not implemented"
+    return int(HTTPStatus.INTERNAL_SERVER_ERROR), f"{type(exc).__name__} : {exc}"
+
+
+def grpc_code_of(exc: BaseException) -> str:
+    """Return the name of the gRPC status code an exception is answered with (``grpc.StatusCode[name]``)."""
+    code = getattr(exc, "grpc_code", None)
+    if code is not None:
+        return code
+    if isinstance(exc, NotImplementedError):
+        return "UNIMPLEMENTED"
+    return "INTERNAL"
+
+
+_GRPC_FOR_HTTP = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 413: "RESOURCE_EXHAUSTED", 501: "UNIMPLEMENTED",
+                  503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+
+
+class UpstreamError(InferenceError):
+    """The predictor or explainer a transformer called answered with an error; its status is passed on."""
+
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.http_status = status if 400 <= status < 600 else 502
+        self.grpc_code = _GRPC_FOR_HTTP.get(self.http_status, "INTERNAL")

@@ -1,0 +1,72 @@
+"""What every HTTP handler shares: JSON answers, the ``{"error": ...}`` shape, request headers."""
+import logging
+from typing import Any, Dict, Optional
+
+from tornado.web import HTTPError, RequestHandler
+
+from ..dataplane import DataPlane
+from ..errors import status_of
+from ..logging import logger
+from ..protocol.rest_codec import dumps
+
+JSON = "application/json"
+
+
+class BaseHandler(RequestHandler):
+    """A handler bound to the data plane; any exception becomes a JSON error with its own status."""
+
+    def initialize(self, dataplane: DataPlane) -> None:
+        self.dataplane = dataplane
+
+    def compute_etag(self) -> Optional[str]:
+        # Inference answers are never cached; hashing every body would only cost time.
+        return None
+
+    def request_headers(self) -> Dict[str, str]:
+        """The request headers as one mutable dict with lowercase names (what models receive)."""
+        return {name.lower(): value for name, value in self.request.headers.get_all()}
+
+    def send_body(self, body: bytes, content_type: str = JSON, headers: Optional[Dict[str, str]] = None) -> None:
+        """Finish with ``body``; ``headers`` are extra response headers (e.g. set by the model)."""
+        if headers:
+            for name, value in headers.items():
+                self.set_header(name, value)
+        self.set_header("Content-Type", content_type)
+        self.finish(body)
+
+    def send_json(self, obj: Any) -> None:
+        """Finish with ``obj`` as compact JSON."""
+        self.send_body(dumps(obj))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, HTTPError):
+            message = exc.log_message or self._reason
+        elif exc is not None:
+            status_code, message = status_of(exc)
+            self.set_status(status_code)
+        else:
+            message = self._reason
+        self.set_header("Content-Type", JSON)
+        self.finish(dumps({"error": message}))
+
+    def log_exception(self, typ, value, tb) -> None:
+        status = value.status_code if isinstance(value, HTTPError) else status_of(value)[0]
+        if status >= 500 and status != 501 and status != 503:
+            logger.error("%s %s failed: %s", self.request.method, self.request.path, value, exc_info=(typ, value, tb))
+        elif logger.isEnabledFor(logging.INFO):
+            logger.info("%s %s -> %d: %s", self.request.method, self.request.path, status, value)
+
+
+class NotFoundHandler(BaseHandler):
+    """Any path no route matches: 404 with a JSON error."""
+
+    def prepare(self) -> None:
+        raise HTTPError(404, f"no route for {self.request.method} {self.request.path}")
+
+
+class LiveHandler(BaseHandler):
+    """``GET /``: the process is alive."""
+
+    async def get(self) -> None:
+        self.send_json(await self.dataplane.live())

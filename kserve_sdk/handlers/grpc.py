@@ -1,0 +1,148 @@
+"""The v2 ``GRPCInferenceService`` on grpc.aio: decode each message, call the data plane, encode.
+
+Errors are answered with the status code their type names (NOT_FOUND, UNAVAILABLE, INVALID_ARGUMENT,
+UNIMPLEMENTED, INTERNAL) and the same message REST gives.
+"""
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict
+
+import grpc
+
+from ..dataplane import DataPlane
+from ..errors import InferenceError, grpc_code_of
+from ..logging import logger
+from ..protocol.grpc import grpc_predict_v2_pb2 as pb
+from ..protocol.grpc.convert import infer_request_from_grpc, infer_response_to_grpc
+from ..protocol.grpc.grpc_predict_v2_pb2_grpc import (
+    GRPCInferenceServiceServicer, add_GRPCInferenceServiceServicer_to_server,
+)
+from ..protocol.infer_type import InferResponse
+from ..protocol.rest_codec import decode_infer_response
+
+
+def _status(exc: BaseException) -> grpc.StatusCode:
+    return grpc.StatusCode[grpc_code_of(exc)]
+
+
+def answers_errors(method):
+    """Turn any exception of a unary RPC into an aborted call with its status code and message."""
+
+    @functools.wraps(method)
+    async def wrapper(self, request, context):
+        try:
+            return await method(self, request, context)
+        except Exception as e:  # every error answers the client; the server goes on
+            code = _status(e)
+            if code is grpc.StatusCode.INTERNAL:
+                logger.error("gRPC %s failed: %s", method.__name__, e, exc_info=e)
+            await context.abort(code, str(e))
+
+    return wrapper
+
+
+def request_headers(context) -> Dict[str, str]:
+    """Invocation metadata as the lowercase headers dict models receive."""
+    return {key.lower(): value for key, value in (context.invocation_metadata() or ())}
+
+
+def to_infer_response_message(response: Any):
+    """Whatever the data plane returned for a v2 call, as a ``ModelInferResponse``."""
+    if isinstance(response, InferResponse):
+        return infer_response_to_grpc(response)
+    if isinstance(response, dict):
+        return infer_response_to_grpc(decode_infer_response(response, b"", None))
+    raise InferenceError(f"the model returned {type(response).__name__}, which gRPC cannot carry")
+
+
+class InferenceServicer(GRPCInferenceServiceServicer):
+    """Adapts the v2 gRPC service to the data plane."""
+
+    def __init__(self, dataplane: DataPlane):
+        self.dataplane = dataplane
+
+    @answers_errors
+    async def ServerLive(self, request, context):
+        await self.dataplane.live()
+        return pb.ServerLiveResponse(live=True)
+
+    @answers_errors
+    async def ServerReady(self, request, context):
+        return pb.ServerReadyResponse(ready=await self.dataplane.ready())
+
+    @answers_errors
+    async def ModelReady(self, request, context):
+        return pb.ModelReadyResponse(ready=await self.dataplane.model_ready(request.name))
+
+    @answers_errors
+    async def ServerMetadata(self, request, context):
+        meta = self.dataplane.metadata()
+        return pb.ServerMetadataResponse(name=meta["name"], version=meta["version"], extensions=meta["extensions"])
+
+    @answers_errors
+    async def ModelMetadata(self, request, context):
+        meta = await self.dataplane.model_metadata(request.name, request.version or None)
+
+        def tensors(items):
+            return [pb.ModelMetadataResponse.TensorMetadata(name=t["name"], datatype=t["datatype"],
+                                                            shape=t["shape"]) for t in items]
+
+        return pb.ModelMetadataResponse(name=meta["name"], versions=meta["versions"], platform=meta["platform"],
+                                        inputs=tensors(meta["inputs"]), outputs=tensors(meta["outputs"]))
+
+    async def _infer(self, request, context):
+        await self.dataplane.ready_model(request.model_name)
+        infer_request = infer_request_from_grpc(request)
+        response, response_headers = await self.dataplane.infer(
+            request.model_name, infer_request, request_headers(context))
+        if response_headers:
+            context.set_trailing_metadata(tuple((k.lower(), str(v)) for k, v in response_headers.items()))
+        return to_infer_response_message(response)
+
+    @answers_errors
+    async def ModelInfer(self, request, context):
+        return await self._infer(request, context)
+
+    async def ModelStreamInfer(self, request_iterator, context):
+        """Answer each request of the stream in order; a failed one gets ``error_message`` and the stream goes on."""
+        async for request in request_iterator:
+            try:
+                message = await self._infer(request, context)
+                yield pb.ModelStreamInferResponse(infer_response=message)
+            except Exception as e:
+                yield pb.ModelStreamInferResponse(error_message=str(e))
+
+    @answers_errors
+    async def RepositoryIndex(self, request, context):
+        models = []
+        for name in self.dataplane.list_models():
+            ready = await self.dataplane.model_ready(name)
+            if request.ready and not ready:
+                continue
+            models.append(pb.RepositoryIndexResponse.ModelIndex(
+                name=name, state="READY" if ready else "UNAVAILABLE"))
+        return pb.RepositoryIndexResponse(models=models)
+
+    @answers_errors
+    async def RepositoryModelLoad(self, request, context):
+        await self.dataplane.load(request.model_name)
+        return pb.RepositoryModelLoadResponse()
+
+    @answers_errors
+    async def RepositoryModelUnload(self, request, context):
+        await self.dataplane.unload(request.model_name)
+        return pb.RepositoryModelUnloadResponse()
+
+
+async def start_grpc_server(dataplane: DataPlane, port: int, max_threads: int, max_send: int,
+                            max_receive: int) -> grpc.aio.Server:
+    """Start the gRPC server on ``port`` (all interfaces) on the running loop."""
+    server = grpc.aio.server(
+        migration_thread_pool=ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="grpc"),
+        options=[("grpc.max_send_message_length", max_send), ("grpc.max_receive_message_length", max_receive),
+                 ("grpc.so_reuseport", 0)],
+    )
+    add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane), server)
+    server.add_insecure_port(f"[::]:{port}")
+    await server.start()
+    return server

@@ -1,0 +1,58 @@
+"""KServe v1 REST: ``/v1/models``, ``/v1/models/<m>``, ``:predict`` and ``:explain``."""
+from typing import Any, Tuple
+
+from ..errors import InvalidInput, ModelNotReady
+from ..protocol.infer_type import InferResponse
+from ..protocol.rest_codec import dumps, encode_infer_response, loads_json
+from .base import JSON, BaseHandler
+
+
+def encode_v1_response(response: Any) -> Tuple[bytes, str]:
+    """The body and content type for whatever a v1 model returned."""
+    if isinstance(response, (bytes, bytearray, memoryview)):
+        return bytes(response), "application/octet-stream"
+    if isinstance(response, str):
+        return response.encode("utf-8"), "text/plain; charset=utf-8"
+    if isinstance(response, InferResponse):
+        body, json_length = encode_infer_response(response)
+        return body, JSON
+    return dumps(response), JSON
+
+
+class ListModelsHandler(BaseHandler):
+    """``GET /v1/models``: the names of the served models."""
+
+    def get(self) -> None:
+        self.send_json({"models": self.dataplane.list_models()})
+
+
+class ModelReadyHandler(BaseHandler):
+    """``GET /v1/models/<m>``: ``{"name", "ready": true}``, 503 when not ready, 404 when unknown."""
+
+    async def get(self, name: str) -> None:
+        if not await self.dataplane.model_ready(name):
+            raise ModelNotReady(name)
+        self.send_json({"name": name, "ready": True})
+
+
+class PredictHandler(BaseHandler):
+    """``POST /v1/models/<m>:predict`` (and ``:explain`` through ``verb``)."""
+
+    verb = "predict"
+
+    async def post(self, name: str) -> None:
+        await self.dataplane.ready_model(name)
+        body = self.request.body
+        if not body:
+            raise InvalidInput("the request body is empty")
+        request = loads_json(body)
+        call = self.dataplane.infer if self.verb == "predict" else self.dataplane.explain
+        response, response_headers = await call(name, request, self.request_headers())
+        payload, content_type = encode_v1_response(response)
+        self.send_body(payload, content_type, response_headers)
+
+
+class ExplainHandler(PredictHandler):
+    """``POST /v1/models/<m>:explain``."""
+
+    verb = "explain"

@@ -1,0 +1,206 @@
+"""The class a data scientist subclasses: load -> preprocess -> predict -> postprocess (+ explain).
+
+Every stage may be written as a plain ``def`` or as ``async def``. Plain ones run in the server's
+thread pool (``--max_asyncio_workers`` threads), so a slow synchronous model never blocks the event
+loop, health probes or other requests; async ones run on the loop.
+"""
+import asyncio
+import functools
+import inspect
+import time
+from abc import ABC, abstractmethod
+from enum import Enum
+from typing import Any, Awaitable, Dict, List, Optional, Tuple, Union
+
+from . import context
+from .constants.constants import PredictorProtocol
+from .errors import InvalidInput
+from .predictor_config import PredictorConfig
+from .protocol.infer_type import InferRequest, InferResponse
+
+_FORWARDED_HEADERS = ("x-request-id", "x-b3-traceid", "authorization")
+
+
+def forwardable_headers(headers: Optional[Dict[str, str]], base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The request headers a transformer passes on to its predictor, added to ``base``."""
+    out = dict(base) if base else {}
+    if headers:
+        for key in _FORWARDED_HEADERS:
+            if key in headers:
+                out[key] = headers[key]
+    return out
+
+
+class BaseKServeModel(ABC):
+    """What the model repository and the server need of any model: a name and readiness."""
+
+    @abstractmethod
+    def __init__(self, name: str):
+        self.name = name
+        self.ready = False
+        self.engine = False
+
+    async def healthy(self) -> bool:
+        """Whether the model can serve; by default its ``ready`` flag."""
+        return self.ready
+
+    def load(self) -> bool:
+        """Load the model (override this); set ``self.ready = True`` when it can serve."""
+        self.ready = True
+        return self.ready
+
+    def start(self) -> None:
+        """Called once when the server starts serving this model."""
+
+    async def start_engine(self) -> None:
+        """Start a long-running engine the model needs (only when ``self.engine`` is True)."""
+
+    def stop(self) -> None:
+        """Called when the server stops or the model is unloaded; the model stops serving."""
+        self.ready = False
+
+    def stop_engine(self) -> None:
+        """Stop the engine started by ``start_engine``."""
+
+
+class InferenceVerb(Enum):
+    """What a call asks of the model."""
+
+    EXPLAIN = 1
+    PREDICT = 2
+
+
+class InferenceModel(BaseKServeModel):
+    """A model that answers inference calls and describes its tensors."""
+
+    @abstractmethod
+    def __call__(self, body: Any, headers: Optional[Dict[str, str]] = None,
+                 verb: InferenceVerb = InferenceVerb.PREDICT) -> Awaitable:
+        """Run one inference call."""
+
+    def get_input_types(self) -> List[Dict]:
+        """Input tensor descriptions for v2 model metadata: ``[{"name", "datatype", "shape"}]``."""
+        return []
+
+    def get_output_types(self) -> List[Dict]:
+        """Output tensor descriptions for v2 model metadata: ``[{"name", "datatype", "shape"}]``."""
+        return []
+
+
+async def call_stage(fn, *args) -> Any:
+    """Run a user stage: ``async def`` on the loop, plain ``def`` in the default thread pool."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args)
+    result = await asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args))
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+class Model(InferenceModel):
+    """A model served by ``ModelServer``. Subclass it and override ``load`` and ``predict``.
+
+    Args:
+        name: the name clients use in URLs (``/v1/models/<name>:predict``).
+        return_response_headers: pass a ``response_headers`` dict to ``predict`` and ``postprocess``;
+            what they put in it is sent back as HTTP response headers (gRPC: metadata).
+        predictor_config: where the default ``predict`` forwards to; by default the server's
+            ``--predictor_host`` settings.
+    """
+
+    def __init__(self, name: str, return_response_headers: bool = False,
+                 predictor_config: Optional[PredictorConfig] = None):
+        super().__init__(name)
+        if isinstance(return_response_headers, PredictorConfig):  # KServe <= 0.14 passed it second.
+            predictor_config, return_response_headers = return_response_headers, False
+        self.explainer_host: Optional[str] = None
+        self.enable_latency_logging = False
+        self.return_response_headers = return_response_headers
+        self._predictor_config = predictor_config
+        self._rest_client = None
+        self._grpc_client = None
+
+    @property
+    def required_response_headers(self) -> bool:
+        """KServe's name for ``return_response_headers``."""
+        return self.return_response_headers
+
+    @property
+    def predictor_config(self) -> Optional[PredictorConfig]:
+        """Where the default ``predict`` forwards to (the server's ``--predictor_*`` flags unless set)."""
+        return self._predictor_config or context.get_predictor_config()
+
+    @property
+    def protocol(self) -> str:
+        """The protocol this model speaks to its predictor: "v1", "v2" or "grpc-v2"."""
+        config = self.predictor_config
+        return config.predictor_protocol if config else PredictorProtocol.REST_V1.value
+
+    async def __call__(self, body: Any, headers: Optional[Dict[str, str]] = None,
+                       verb: InferenceVerb = InferenceVerb.PREDICT) -> Tuple[Any, Dict[str, str]]:
+        """Run preprocess -> predict (or explain) -> postprocess; return ``(response, response_headers)``."""
+        response, response_headers, _ = await self.run_pipeline(body, headers, verb)
+        return response, response_headers
+
+    async def run_pipeline(self, body: Any, headers: Optional[Dict[str, str]],
+                           verb: InferenceVerb) -> Tuple[Any, Dict[str, str], Dict[str, float]]:
+        """The pipeline with each stage's duration in ms: ``(response, response_headers, timings)``."""
+        headers = {} if headers is None else headers
+        response_headers: Dict[str, str] = {}
+        extra = (response_headers,) if self.return_response_headers else ()
+        timings: Dict[str, float] = {}
+        cls = type(self)
+
+        start = time.perf_counter()
+        payload = body if cls.preprocess is Model.preprocess else await call_stage(self.preprocess, body, headers)
+        payload = self.validate(payload)
+        mid = time.perf_counter()
+        timings["preprocess_ms"] = (mid - start) * 1000
+        if verb is InferenceVerb.EXPLAIN:
+            result = await call_stage(self.explain, payload, headers)
+            stage = "explain_ms"
+        else:
+            result = await call_stage(self.predict, payload, headers, *extra)
+            stage = "predict_ms"
+        end = time.perf_counter()
+        timings[stage] = (end - mid) * 1000
+        if cls.postprocess is not Model.postprocess:
+            result = await call_stage(self.postprocess, result, headers, *extra)
+        timings["postprocess_ms"] = (time.perf_counter() - end) * 1000
+        return result, response_headers, timings
+
+    def validate(self, payload: Any) -> Any:
+        """Reject payloads whose ``instances`` (v1) or ``inputs`` (v2) is not a list."""
+        if isinstance(payload, dict):
+            for key in ("instances", "inputs"):
+                if key in payload and not isinstance(payload[key], list):
+                    raise InvalidInput(f'Expected "{key}" to be a list')
+        return payload
+
+    async def preprocess(self, payload: Union[Dict, InferRequest],
+                         headers: Optional[Dict[str, str]] = None) -> Any:
+        """Turn the request into model input. Receives a dict (v1) or an InferRequest (v2)."""
+        return payload
+
+    async def postprocess(self, result: Any, headers: Optional[Dict[str, str]] = None,
+                          response_headers: Optional[Dict[str, str]] = None) -> Any:
+        """Turn the prediction into the response: a dict (v1), an InferResponse (v2), arrays or bytes."""
+        return result
+
+    async def predict(self, payload: Any, headers: Optional[Dict[str, str]] = None,
+                      response_headers: Optional[Dict[str, str]] = None) -> Any:
+        """Run inference. By default forwards to ``--predictor_host`` (a transformer); override it otherwise."""
+        config = self.predictor_config
+        if config is None or not config.predictor_host:
+            raise NotImplementedError("Could not find predictor_host.")
+        from .clients.forward import forward_predict
+
+        return await forward_predict(self, config, payload, forwardable_headers(headers), response_headers)
+
+    async def explain(self, payload: Any, headers: Optional[Dict[str, str]] = None) -> Any:
+        """Explain a prediction. By default forwards to ``explainer_host``; 501 when there is none."""
+        if not self.explainer_host:
+            raise NotImplementedError("Could not find explainer_host.")
+        from .clients.forward import forward_explain
+
+        return await forward_explain(self, payload, forwardable_headers(headers))

@@ -1,0 +1,241 @@
+"""The server entry point: KServe's CLI flags (``parser``) and ``ModelServer``.
+
+``ModelServer().start([model])`` serves REST (Tornado) and gRPC (grpc.aio) on one asyncio loop until
+SIGTERM/SIGINT, then stops accepting, lets requests in flight finish (``grace_period``) and exits.
+"""
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List, Optional
+
+from tornado.httpserver import HTTPServer
+
+from . import context
+from .constants.constants import (
+    DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, DEFAULT_MAX_BODY_SIZE, KSERVE_TLS_CERT_FILE_ENV,
+    KSERVE_TLS_KEY_FILE_ENV, MAX_GRPC_MESSAGE_LENGTH,
+)
+from .dataplane import DataPlane
+from .errors import NoModelReady
+from .handlers.http import make_app
+from .logging import configure_logging, logger
+from .model import BaseKServeModel
+from .model_repository import ModelRepository
+from .predictor_config import PredictorConfig
+from .storage import default_model_dir
+from .utils.utils import cpu_count, strtobool
+
+# allow_abbrev=False: KServe's docs spell flags with one dash (-http_port), and with abbreviations on,
+# a foreign short flag such as pytest's "-m" would be read as an ambiguous prefix of "-model_name".
+parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False,
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+
+def _flag(name: str, **kwargs: Any) -> None:
+    """Add ``--name`` and the single-dash ``-name`` spelling of KServe's docs."""
+    parser.add_argument(f"--{name}", f"-{name}", dest=name.replace("-", "_"), **kwargs)
+
+
+_flag("http_port", default=DEFAULT_HTTP_PORT, type=int, help="The HTTP port listened to by the model server.")
+_flag("grpc_port", default=DEFAULT_GRPC_PORT, type=int, help="The gRPC port listened to by the model server.")
+_flag("workers", default=1, type=int, help="The number of worker processes.")
+_flag("max_threads", default=4, type=int, help="The max number of gRPC processing threads.")
+_flag("max_asyncio_workers", default=None, type=int,
+      help="Threads that run synchronous model methods (default min(32, cpus + 4)).")
+_flag("enable_grpc", default=True, type=strtobool, help="Serve gRPC as well as REST.")
+_flag("enable_docs_url", default=False, type=strtobool, help="Serve the OpenAPI documents under /docs.")
+_flag("enable_latency_logging", default=True, type=strtobool,
+      help="Log one line per request with preprocess/predict/postprocess latency.")
+_flag("configure_logging", default=True, type=strtobool, help="Configure the server's loggers.")
+_flag("log_config_file", default=None, type=str, help="A logging config file (.json, .yaml or fileConfig format).")
+_flag("access_log_format", default=None, type=str, help="The format of the access log line.")
+_flag("event-loop", default="auto", type=str, choices=["auto", "asyncio", "uvloop"],
+      help="Accepted for KServe compatibility; the server runs on asyncio.")
+_flag("timeout-keep-alive", default=65, type=int, help="Seconds an idle keep-alive connection stays open.")
+_flag("model_name", default="model", type=str, help="The name of the model used on the endpoint path.")
+_flag("model_dir", default=None, type=str,
+      help="Where the model files are (default: STORAGE_URI resolved, else /mnt/models).")
+_flag("predictor_host", default=None, type=str, help="The predictor a transformer forwards to (host[:port]).")
+_flag("protocol", default=None, type=str, choices=["v1", "v2", "grpc-v2"],
+      help="Deprecated spelling of --predictor_protocol.")
+_flag("predictor_protocol", default=(os.environ.get("PROTOCOL") or "v1").lower(), type=str.lower,
+      choices=["v1", "v2", "grpc-v2"], help="The protocol used to call the predictor (default: $PROTOCOL or v1).")
+_flag("predictor_use_ssl", default=False, type=strtobool, help="Use TLS to reach the predictor.")
+_flag("predictor_request_timeout_seconds", default=600, type=int, help="Timeout of a call to the predictor.")
+_flag("predictor_request_retries", default=0, type=int, help="Retries of a call to the predictor.")
+_flag("enable_predictor_health_check", action="store_true", help="Readiness also checks the predictor.")
+_flag("grpc_max_send_message_length", default=MAX_GRPC_MESSAGE_LENGTH, type=int,
+      help="The max message length for gRPC send message.")
+_flag("grpc_max_receive_message_length", default=MAX_GRPC_MESSAGE_LENGTH, type=int,
+      help="The max message length for gRPC receive message.")
+_flag("max_body_size", default=DEFAULT_MAX_BODY_SIZE, type=int, help="The largest REST request body, in bytes.")
+_flag("ssl_certfile", default=os.environ.get(KSERVE_TLS_CERT_FILE_ENV), type=str, help="Serve HTTPS with this cert.")
+_flag("ssl_keyfile", default=os.environ.get(KSERVE_TLS_KEY_FILE_ENV), type=str, help="The key of --ssl_certfile.")
+
+args, _ = parser.parse_known_args()
+if args.protocol:
+    args.predictor_protocol = args.protocol
+if args.model_dir is None:
+    try:
+        args.model_dir = default_model_dir()
+    except ValueError as e:  # an unsupported STORAGE_URI is reported when the model looks for its files
+        logger.warning("%s", e)
+        args.model_dir = None
+
+
+class ModelServer:
+    """Serves models over KServe v1 REST, Open Inference Protocol v2 REST and gRPC.
+
+    Every argument defaults to its command-line flag, so ``ModelServer().start([model])`` honours
+    ``--http_port``, ``--workers`` and the rest.
+    """
+
+    def __init__(
+        self,
+        http_port: int = args.http_port,
+        grpc_port: int = args.grpc_port,
+        workers: int = args.workers,
+        max_threads: int = args.max_threads,
+        max_asyncio_workers: Optional[int] = args.max_asyncio_workers,
+        registered_models: Optional[ModelRepository] = None,
+        enable_grpc: bool = args.enable_grpc,
+        enable_docs_url: bool = args.enable_docs_url,
+        enable_latency_logging: bool = args.enable_latency_logging,
+        access_log_format: Optional[str] = args.access_log_format,
+        event_loop: str = args.event_loop,
+        timeout_keep_alive: int = args.timeout_keep_alive,
+        grace_period: int = 30,
+        predictor_config: Optional[PredictorConfig] = None,
+        ssl_certfile: Optional[str] = args.ssl_certfile,
+        ssl_keyfile: Optional[str] = args.ssl_keyfile,
+        max_body_size: int = args.max_body_size,
+    ):
+        if args.configure_logging:
+            configure_logging(args.log_config_file)
+        self.registered_models = registered_models if registered_models is not None else ModelRepository()
+        if ssl_certfile and ssl_keyfile and http_port == DEFAULT_HTTP_PORT:
+            http_port = DEFAULT_HTTPS_PORT
+        self.http_port = http_port
+        self.grpc_port = grpc_port
+        self.workers = workers
+        self.max_threads = max_threads
+        self.max_asyncio_workers = max_asyncio_workers or min(32, cpu_count() + 4)
+        self.enable_grpc = enable_grpc
+        self.enable_docs_url = enable_docs_url
+        self.enable_latency_logging = enable_latency_logging
+        self.access_log_format = access_log_format
+        self.event_loop = event_loop
+        self.timeout_keep_alive = timeout_keep_alive
+        self.grace_period = grace_period
+        self.ssl_certfile, self.ssl_keyfile = ssl_certfile, ssl_keyfile
+        self.max_body_size = max_body_size
+        self.grpc_max_send_message_length = args.grpc_max_send_message_length
+        self.grpc_max_receive_message_length = args.grpc_max_receive_message_length
+        context.set_predictor_config(predictor_config or PredictorConfig(
+            args.predictor_host, args.predictor_protocol, args.predictor_use_ssl,
+            args.predictor_request_timeout_seconds, args.predictor_request_retries,
+            args.enable_predictor_health_check))
+        self.dataplane = DataPlane(self.registered_models, enable_latency_logging)
+        self._stopping: Optional[asyncio.Event] = None
+        self._servers: List[Any] = []
+
+    def register_model(self, model: BaseKServeModel, name: Optional[str] = None) -> None:
+        """Serve ``model`` under ``name`` (default: its own name); a second name serves it twice."""
+        if not model.name:
+            raise ValueError("Failed to register model, model.name must be provided.")
+        self.registered_models.update(model, name or model.name)
+        logger.info("Registering model: %s", name or model.name)
+
+    def start(self, models: List[BaseKServeModel]) -> None:
+        """Serve ``models`` until SIGTERM/SIGINT. Models not ready now are left out (logged); with none
+        ready the server logs why and exits with status 1 without serving."""
+        try:
+            self._register_ready(models)
+        except NoModelReady as e:
+            logger.error("%s", e)
+            sys.exit(1)
+        if self.workers > 1:
+            logger.warning("--workers %d: multi-process serving is not available yet; serving in one process",
+                           self.workers)
+        asyncio.run(self._serve(models))
+
+    def _register_ready(self, models: List[BaseKServeModel]) -> None:
+        if not isinstance(models, list):
+            raise RuntimeError("Unknown model collection type")
+        any_ready = False
+        for model in models:
+            if not isinstance(model, BaseKServeModel):
+                raise RuntimeError("Model type should be 'BaseKServeModel'")
+            if model.ready:
+                any_ready = True
+                self.register_model(model)
+                model.enable_latency_logging = self.enable_latency_logging
+            else:
+                logger.warning("Model with name %s is not ready; it is not served.", model.name)
+        if models and not any_ready:
+            raise NoModelReady(models)
+
+    async def _serve(self, models: List[BaseKServeModel]) -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=self.max_asyncio_workers,
+                                                     thread_name_prefix="model"))
+        self._stopping = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            loop.add_signal_handler(sig, self.stop, sig)
+        for model in self.registered_models.get_models().values():
+            model.start()
+            if model.engine:
+                await model.start_engine()
+        self._start_http()
+        if self.enable_grpc:
+            await self._start_grpc()
+        logger.info("Serving HTTP on port %d%s", self.http_port,
+                    f" and gRPC on port {self.grpc_port}" if self.enable_grpc else "")
+        await self._stopping.wait()
+        await self._shutdown()
+
+    def _start_http(self) -> None:
+        ssl_options = None
+        if self.ssl_certfile and self.ssl_keyfile:
+            import ssl
+
+            ssl_options = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ssl_options.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+        app = make_app(self.dataplane)
+        server = HTTPServer(app, ssl_options=ssl_options, max_body_size=self.max_body_size,
+                            idle_connection_timeout=self.timeout_keep_alive, decompress_request=True)
+        server.listen(self.http_port, reuse_port=False)
+        self._http_server = server
+
+    async def _start_grpc(self) -> None:
+        from .handlers.grpc import start_grpc_server
+
+        self._grpc_server = await start_grpc_server(
+            self.dataplane, self.grpc_port, self.max_threads,
+            self.grpc_max_send_message_length, self.grpc_max_receive_message_length)
+
+    def stop(self, sig: Optional[int] = None) -> None:
+        """Begin a graceful stop: refuse new connections, finish requests in flight, then exit."""
+        logger.info("Stopping the model server (signal %s)", sig)
+        if self._stopping is not None:
+            self._stopping.set()
+
+    async def _shutdown(self) -> None:
+        from .clients.forward import close_clients
+
+        self._http_server.stop()
+        grpc_server = getattr(self, "_grpc_server", None)
+        if grpc_server is not None:
+            await grpc_server.stop(self.grace_period)
+        try:
+            await asyncio.wait_for(self._http_server.close_all_connections(), self.grace_period)
+        except asyncio.TimeoutError:
+            logger.warning("connections still open after %ss; closing", self.grace_period)
+        await close_clients()
+        for name in list(self.registered_models.get_models()):
+            self.registered_models.unload(name)
+        logger.info("Model server stopped")

@@ -1,0 +1,173 @@
+"""``ModelInferRequest``/``ModelInferResponse`` <-> ``InferRequest``/``InferResponse``.
+
+Raw contents become tensors read through numpy views; typed contents are checked against the shape
+and datatype. Every problem in a client's message raises InvalidInput (gRPC INVALID_ARGUMENT).
+"""
+from math import prod
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from ...constants.constants import GRPC_CONTENT_DATATYPE_MAPPINGS
+from ...errors import InvalidInput
+from ..dtypes import np_dtype_of
+from ..infer_type import InferInput, InferOutput, InferRequest, InferResponse, RequestedOutput
+from ..tensor import Tensor, check_tensor_header, expected_nbytes
+from . import grpc_predict_v2_pb2 as pb
+
+
+def parameters_to_dict(params) -> Optional[Dict[str, Any]]:
+    """A protobuf ``map<string, InferParameter>`` as a plain dict (None when empty)."""
+    if not params:
+        return None
+    out = {}
+    for key, value in params.items():
+        field = value.WhichOneof("parameter_choice")
+        out[key] = getattr(value, field) if field else None
+    return out
+
+
+def fill_parameters(target, params: Optional[Dict[str, Any]]) -> None:
+    """Copy a dict into a protobuf ``map<string, InferParameter>``."""
+    for key, value in (params or {}).items():
+        slot = target[key]
+        if isinstance(value, bool):
+            slot.bool_param = value
+        elif isinstance(value, int):
+            if value >= 2 ** 63:
+                slot.uint64_param = value
+            else:
+                slot.int64_param = value
+        elif isinstance(value, float):
+            slot.double_param = value
+        else:
+            slot.string_param = str(value)
+
+
+def _typed_contents(tensor: Tensor, contents) -> Optional[np.ndarray]:
+    """The values of a tensor's typed ``contents`` as a flat array, or None when there are none."""
+    field = GRPC_CONTENT_DATATYPE_MAPPINGS.get(tensor.datatype)
+    used = [f.name for f, _ in contents.ListFields()]
+    if not used:
+        return None
+    if field is None or used != [field]:
+        want = field or "raw_input_contents"
+        raise InvalidInput(f"input '{tensor.name}': datatype {tensor.datatype} takes {want}, got {', '.join(used)}")
+    values = getattr(contents, field)
+    if tensor.datatype == "BYTES":
+        flat = np.empty(len(values), dtype=np.object_)
+        flat[:] = list(values)
+    else:
+        try:
+            flat = np.array(values, dtype=np_dtype_of(tensor.datatype))
+        except OverflowError as e:
+            raise InvalidInput(f"input '{tensor.name}': {e}") from None
+    return flat
+
+
+def _tensors_from_grpc(entries, raws, cls, kind: str) -> List[Tensor]:
+    if raws and len(raws) != len(entries):
+        raise InvalidInput(f"{len(raws)} raw {kind} contents given for {len(entries)} {kind}s")
+    tensors, seen = [], set()
+    for i, entry in enumerate(entries):
+        shape = check_tensor_header(entry.name, list(entry.shape), entry.datatype)
+        if entry.name in seen:
+            raise InvalidInput(f"duplicate {kind} name '{entry.name}'")
+        seen.add(entry.name)
+        tensor = cls(entry.name, shape, entry.datatype, parameters=parameters_to_dict(entry.parameters))
+        flat = _typed_contents(tensor, entry.contents)
+        if raws:
+            if flat is not None:
+                raise InvalidInput(f"{kind} '{entry.name}' has typed contents but the message also has raw contents")
+            raw = raws[i]
+            expected = expected_nbytes(tensor.datatype, shape)
+            if expected >= 0 and len(raw) != expected:
+                raise InvalidInput(f"{kind} '{entry.name}': {len(raw)} raw bytes do not match shape {shape} "
+                                   f"of {tensor.datatype} ({expected} bytes)")
+            tensor._raw_data = raw
+        elif flat is not None:
+            if flat.size != prod(shape):
+                raise InvalidInput(f"{kind} '{entry.name}': {flat.size} values given but shape {shape} "
+                                   f"needs {prod(shape)}")
+            tensor._array = flat.reshape(shape)
+        elif prod(shape) != 0:
+            raise InvalidInput(f"{kind} '{entry.name}' has no contents")
+        else:
+            tensor._array = np.empty(shape, dtype=np_dtype_of(tensor.datatype))
+        tensors.append(tensor)
+    return tensors
+
+
+def infer_request_from_grpc(request) -> InferRequest:
+    """A ``ModelInferRequest`` as an InferRequest (raw contents are kept as bytes, read as views)."""
+    raws = list(request.raw_input_contents)
+    inputs = _tensors_from_grpc(request.inputs, raws, InferInput, "input")
+    outputs = [RequestedOutput(o.name, parameters_to_dict(o.parameters)) for o in request.outputs] or None
+    result = InferRequest(model_name=request.model_name, infer_inputs=inputs, request_id=request.id or None,
+                          from_grpc=True, parameters=parameters_to_dict(request.parameters),
+                          request_outputs=outputs, model_version=request.model_version or None)
+    result._use_raw_outputs = bool(raws)
+    return result
+
+
+def _typed_values(tensor: Tensor) -> List:
+    arr = tensor.as_numpy().reshape(-1)
+    if tensor.datatype == "BYTES":
+        return [v if isinstance(v, bytes) else str(v).encode("utf-8") for v in arr]
+    return arr.tolist()
+
+
+def _tensor_message(msg, tensor: Tensor, raw: bool, raws: List[bytes]) -> None:
+    msg.name, msg.datatype = tensor.name, tensor.datatype
+    msg.shape.extend(tensor.shape)
+    params = {k: v for k, v in (tensor.parameters or {}).items() if k not in ("binary_data_size", "binary_data")}
+    fill_parameters(msg.parameters, params)
+    if raw:
+        raws.append(bytes(tensor.raw_bytes()))
+    else:
+        getattr(msg.contents, GRPC_CONTENT_DATATYPE_MAPPINGS[tensor.datatype]).extend(_typed_values(tensor))
+
+
+def _needs_raw(tensors) -> bool:
+    return any(t.datatype not in GRPC_CONTENT_DATATYPE_MAPPINGS for t in tensors)
+
+
+def infer_response_to_grpc(response: InferResponse):
+    """An InferResponse as a ``ModelInferResponse``.
+
+    Outputs go as ``raw_output_contents`` when the request used raw inputs or asked for binary output
+    (all of them: the protocol does not mix), or when a datatype has no typed field (FP16, BF16).
+    """
+    pairs = response.selected_outputs()
+    raw = any(binary for _, binary in pairs) or _needs_raw(t for t, _ in pairs)
+    msg = pb.ModelInferResponse(model_name=response.model_name or "", model_version=response.model_version or "",
+                                id=response.id or "")
+    fill_parameters(msg.parameters, response.parameters)
+    raws: List[bytes] = []
+    for tensor, _ in pairs:
+        _tensor_message(msg.outputs.add(), tensor, raw, raws)
+    msg.raw_output_contents.extend(raws)
+    return msg
+
+
+def infer_request_to_grpc(request: InferRequest):
+    """An InferRequest as a ``ModelInferRequest`` (all inputs as raw contents)."""
+    msg = pb.ModelInferRequest(model_name=request.model_name or "", model_version=request.model_version or "",
+                               id=request.id or "")
+    fill_parameters(msg.parameters, request.parameters)
+    raws: List[bytes] = []
+    for tensor in request.inputs:
+        _tensor_message(msg.inputs.add(), tensor, True, raws)
+    msg.raw_input_contents.extend(raws)
+    for wanted in request.request_outputs or []:
+        out = msg.outputs.add(name=wanted.name)
+        fill_parameters(out.parameters, wanted.parameters)
+    return msg
+
+
+def infer_response_from_grpc(response) -> InferResponse:
+    """A ``ModelInferResponse`` as an InferResponse."""
+    outputs = _tensors_from_grpc(response.outputs, list(response.raw_output_contents), InferOutput, "output")
+    return InferResponse(response_id=response.id, model_name=response.model_name,
+                         model_version=response.model_version or None, infer_outputs=outputs,
+                         from_grpc=True, parameters=parameters_to_dict(response.parameters))

@@ -1,0 +1,308 @@
+"""The v2 inference request and response types, under KServe's names and signatures.
+
+``InferRequest`` is what a model's ``preprocess``/``predict`` receive for v2 REST and gRPC calls;
+``InferResponse`` is what they return. Wire encoding lives in :mod:`kserve_sdk.protocol.rest_codec`
+(REST) and :mod:`kserve_sdk.protocol.grpc.convert` (gRPC); these classes only hold the data.
+"""
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import numpy as np
+
+from ..errors import InvalidInput
+from .binary import deserialize_bytes_tensor, serialize_bytes_tensor
+from .tensor import Tensor
+
+__all__ = [
+    "InferInput",
+    "InferOutput",
+    "RequestedOutput",
+    "InferRequest",
+    "InferResponse",
+    "serialize_byte_tensor",
+    "deserialize_bytes_tensor",
+]
+
+
+def serialize_byte_tensor(input_tensor: np.ndarray) -> np.ndarray:
+    """KServe's helper: a 0-d object array holding the length-prefixed encoding of a BYTES tensor."""
+    out = np.empty((), dtype=np.object_)
+    out[()] = serialize_bytes_tensor(input_tensor)
+    return out
+
+
+def _as_rest(body: bytes, json_length: Optional[int]) -> Tuple[Union[bytes, Dict], Optional[int]]:
+    """KServe's ``to_rest`` shape: a plain dict when there is no binary part, else the bytes."""
+    if json_length is None:
+        import orjson
+
+        return orjson.loads(body), None
+    return body, json_length
+
+
+class InferInput(Tensor):
+    """An input tensor of an inference request: ``InferInput(name, shape, datatype, data=None, parameters=None)``."""
+
+
+class InferOutput(Tensor):
+    """An output tensor of an inference response: ``InferOutput(name, shape, datatype, data=None, parameters=None)``."""
+
+
+class RequestedOutput:
+    """An output the client asked for by name, optionally with ``parameters={"binary_data": True}``."""
+
+    def __init__(self, name: str, parameters: Optional[Dict] = None):
+        self._name = name
+        self._parameters = parameters
+
+    @property
+    def name(self) -> str:
+        """The requested output's name."""
+        return self._name
+
+    @property
+    def parameters(self) -> Optional[Dict]:
+        """The requested output's parameters, or None."""
+        return self._parameters
+
+    @parameters.setter
+    def parameters(self, value: Optional[Dict]) -> None:
+        self._parameters = value
+
+    @property
+    def binary_data(self) -> Optional[bool]:
+        """True/False when the client said how this output is to be sent; None when it did not."""
+        if self._parameters and "binary_data" in self._parameters:
+            return bool(_param_value(self._parameters["binary_data"]))
+        return None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RequestedOutput) and (self.name, self.parameters) == (other.name, other.parameters)
+
+    def __repr__(self) -> str:
+        return f"RequestedOutput(name={self._name!r}, parameters={self._parameters!r})"
+
+
+def _param_value(value: Any) -> Any:
+    """A parameter's plain value, whether it came as JSON or as a gRPC ``InferParameter``."""
+    kind = getattr(value, "WhichOneof", None)
+    if kind is not None:
+        field = kind("parameter_choice")
+        return getattr(value, field) if field else None
+    return value
+
+
+class InferRequest:
+    """A v2 inference request: model name, input tensors, parameters and requested outputs."""
+
+    def __init__(
+        self,
+        model_name: str,
+        infer_inputs: List[InferInput],
+        request_id: Optional[str] = None,
+        raw_inputs: Optional[List[bytes]] = None,
+        from_grpc: Optional[bool] = False,
+        parameters: Optional[Dict] = None,
+        request_outputs: Optional[List[RequestedOutput]] = None,
+        model_version: Optional[str] = None,
+    ):
+        self.id = request_id
+        self.model_name = model_name
+        self.model_version = model_version
+        self.inputs = infer_inputs
+        self.parameters = parameters
+        self.from_grpc = from_grpc
+        self.request_outputs = request_outputs
+        self._use_raw_outputs = bool(raw_inputs)
+        if raw_inputs:
+            if len(raw_inputs) != len(infer_inputs):
+                raise InvalidInput(
+                    f"{len(raw_inputs)} raw input contents given for {len(infer_inputs)} inputs"
+                )
+            for tensor, raw in zip(infer_inputs, raw_inputs):
+                tensor._raw_data = raw
+
+    @property
+    def use_binary_outputs(self) -> bool:
+        """Whether outputs go back as raw bytes by default.
+
+        gRPC: when the inputs came as raw contents. REST: the request's ``binary_data_output``
+        parameter (each requested output's ``binary_data`` overrides it).
+        """
+        if self.from_grpc:
+            return self._use_raw_outputs or bool(self.parameters and _param_value(
+                self.parameters.get("binary_data_output", False)))
+        return bool(self.parameters and _param_value(self.parameters.get("binary_data_output", False)))
+
+    @classmethod
+    def from_bytes(cls, req_bytes: bytes, json_length: int, model_name: str) -> "InferRequest":
+        """Decode a REST body that uses the binary-data extension (JSON header of ``json_length`` bytes)."""
+        from .rest_codec import decode_infer_request
+
+        return decode_infer_request(req_bytes, json_length, model_name)
+
+    @classmethod
+    def from_dict(cls, body: Dict, model_name: str) -> "InferRequest":
+        """Build a request from a decoded v2 JSON body."""
+        from .rest_codec import infer_request_from_dict
+
+        return infer_request_from_dict(body, model_name, b"", None)
+
+    @classmethod
+    def from_grpc(cls, request) -> "InferRequest":
+        """Build a request from a gRPC ``ModelInferRequest``."""
+        from .grpc.convert import infer_request_from_grpc
+
+        return infer_request_from_grpc(request)
+
+    def to_grpc(self):
+        """This request as a gRPC ``ModelInferRequest``."""
+        from .grpc.convert import infer_request_to_grpc
+
+        return infer_request_to_grpc(self)
+
+    def to_rest(self) -> Tuple[Union[bytes, Dict], Optional[int]]:
+        """This request as a v2 REST body: ``(dict, None)``, or ``(bytes, json_length)`` with binary inputs."""
+        from .rest_codec import encode_infer_request
+
+        return _as_rest(*encode_infer_request(self))
+
+    def get_input_by_name(self, name: str) -> Optional[InferInput]:
+        """The input with this name, or None."""
+        for tensor in self.inputs:
+            if tensor.name == name:
+                return tensor
+        return None
+
+    def as_dataframe(self):
+        """The inputs as a pandas DataFrame, one column per input (needs pandas)."""
+        import pandas as pd
+
+        columns = {}
+        for tensor in self.inputs:
+            arr = tensor.as_numpy()
+            columns[tensor.name] = arr.reshape(arr.shape[0], -1)[:, 0] if arr.ndim > 1 else arr
+        return pd.DataFrame(columns)
+
+    def to_dict(self) -> Dict:
+        """The request as a v2 JSON object."""
+        out = {"id": self.id, "model_name": self.model_name, "inputs": [t.to_dict() for t in self.inputs]}
+        if self.parameters:
+            out["parameters"] = self.parameters
+        if self.request_outputs:
+            out["outputs"] = [{"name": o.name, "parameters": o.parameters} for o in self.request_outputs]
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, InferRequest) and (self.id, self.model_name, self.inputs, self.parameters) == (
+            other.id, other.model_name, other.inputs, other.parameters)
+
+    def __repr__(self) -> str:
+        return f"InferRequest(model_name={self.model_name!r}, id={self.id!r}, inputs={self.inputs!r})"
+
+    __hash__ = None
+
+
+class InferResponse:
+    """A v2 inference response: id, model name, output tensors and parameters."""
+
+    def __init__(
+        self,
+        response_id: str,
+        model_name: str,
+        infer_outputs: List[InferOutput],
+        model_version: Optional[str] = None,
+        raw_outputs: Optional[List[bytes]] = None,
+        from_grpc: Optional[bool] = False,
+        parameters: Optional[Dict] = None,
+        use_binary_outputs: Optional[bool] = False,
+        requested_outputs: Optional[List[RequestedOutput]] = None,
+    ):
+        self.id = response_id
+        self.model_name = model_name
+        self.model_version = model_version
+        self.outputs = infer_outputs
+        self.parameters = parameters
+        self.from_grpc = from_grpc
+        self._use_binary_outputs = bool(use_binary_outputs)
+        self._requested_outputs = requested_outputs
+        if raw_outputs:
+            for tensor, raw in zip(infer_outputs, raw_outputs):
+                tensor._raw_data = raw
+
+    @classmethod
+    def from_rest(cls, response: Dict) -> "InferResponse":
+        """Build a response from a decoded v2 JSON response body."""
+        from .rest_codec import decode_infer_response
+
+        return decode_infer_response(response, b"", None)
+
+    @classmethod
+    def from_bytes(cls, res_bytes: bytes, json_length: int) -> "InferResponse":
+        """Decode a REST response that uses the binary-data extension."""
+        import orjson
+
+        from .rest_codec import decode_infer_response
+
+        return decode_infer_response(orjson.loads(res_bytes[:json_length]), res_bytes, json_length)
+
+    @classmethod
+    def from_grpc(cls, response) -> "InferResponse":
+        """Build a response from a gRPC ``ModelInferResponse``."""
+        from .grpc.convert import infer_response_from_grpc
+
+        return infer_response_from_grpc(response)
+
+    def to_grpc(self):
+        """This response as a gRPC ``ModelInferResponse``."""
+        from .grpc.convert import infer_response_to_grpc
+
+        return infer_response_to_grpc(self)
+
+    def to_rest(self) -> Tuple[Union[bytes, Dict], Optional[int]]:
+        """This response as a v2 REST body: ``(dict, None)``, or ``(bytes, json_length)`` with binary outputs."""
+        from .rest_codec import encode_infer_response
+
+        return _as_rest(*encode_infer_response(self))
+
+    def selected_outputs(self) -> List[Tuple[InferOutput, bool]]:
+        """The outputs to send, each with whether it goes as raw bytes.
+
+        Requested outputs pick and order them (an unknown name is the client's error); an output is
+        binary when its request says ``binary_data``, else when the request asked for binary outputs.
+        """
+        default_binary = self._use_binary_outputs
+        if not self._requested_outputs:
+            return [(tensor, default_binary) for tensor in self.outputs]
+        pairs = []
+        for wanted in self._requested_outputs:
+            tensor = self.get_output_by_name(wanted.name)
+            if tensor is None:
+                raise InvalidInput(f"Unexpected inference output '{wanted.name}' for model '{self.model_name}'")
+            binary = wanted.binary_data
+            pairs.append((tensor, default_binary if binary is None else binary))
+        return pairs
+
+    def get_output_by_name(self, name: str) -> Optional[InferOutput]:
+        """The output with this name, or None."""
+        for tensor in self.outputs:
+            if tensor.name == name:
+                return tensor
+        return None
+
+    def to_dict(self) -> Dict:
+        """The response as a v2 JSON object."""
+        out = {"id": self.id, "model_name": self.model_name, "outputs": [t.to_dict() for t in self.outputs]}
+        if self.model_version:
+            out["model_version"] = self.model_version
+        if self.parameters:
+            out["parameters"] = self.parameters
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, InferResponse) and (self.id, self.model_name, self.outputs, self.parameters) == (
+            other.id, other.model_name, other.outputs, other.parameters)
+
+    def __repr__(self) -> str:
+        return f"InferResponse(model_name={self.model_name!r}, id={self.id!r}, outputs={self.outputs!r})"
+
+    __hash__ = None

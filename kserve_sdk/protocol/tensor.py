@@ -1,0 +1,270 @@
+"""One tensor of a v2 request or response, held in whichever form it arrived in.
+
+A tensor keeps its content in exactly one of three forms until asked for another:
+``_raw_data`` (wire bytes: a REST binary slice or a gRPC raw content, read through numpy views without a
+copy), ``_array`` (a numpy array the model produced) or ``_data`` (JSON values). Conversions are lazy,
+so the hot path never turns a 1 MiB tensor into a Python list unless a JSON answer needs it.
+"""
+from math import prod
+from typing import Any, Dict, List, Optional, Union
+
+import numpy as np
+
+from ..errors import InferenceError, InvalidInput
+from .binary import deserialize_bytes_tensor, serialize_bytes_tensor
+from .dtypes import DATATYPES, datatype_of, element_size, np_dtype_of
+
+
+def _check_shape(name: str, shape: Any) -> List[int]:
+    if not isinstance(shape, (list, tuple)) or not all(type(d) is int for d in shape):
+        raise InvalidInput(f"input '{name}': shape must be a list of integers, got {shape!r}")
+    if any(d < 0 for d in shape):
+        raise InvalidInput(f"input '{name}': shape {list(shape)} has a negative dimension")
+    return list(shape)
+
+
+class Tensor:
+    """What :class:`InferInput` and :class:`InferOutput` share: name, shape, datatype, data, parameters."""
+
+    def __init__(
+        self,
+        name: str,
+        shape: List[int],
+        datatype: str,
+        data: Union[List, np.ndarray, None] = None,
+        parameters: Optional[Dict] = None,
+    ):
+        self._name = name
+        self._shape = list(shape)
+        self._datatype = datatype.upper()
+        self._parameters = parameters
+        self._data = None
+        self._array: Optional[np.ndarray] = None
+        self._raw_data: Union[bytes, memoryview, None] = None
+        self._binary = False
+        if isinstance(data, np.ndarray):
+            self._array = data
+        else:
+            self._data = data
+
+    # --- attributes -------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The tensor's name."""
+        return self._name
+
+    @property
+    def datatype(self) -> str:
+        """The v2 datatype, e.g. ``"FP32"`` or ``"BYTES"``."""
+        return self._datatype
+
+    @property
+    def shape(self) -> List[int]:
+        """The tensor's shape as a list of ints."""
+        return self._shape
+
+    @shape.setter
+    def shape(self, shape: List[int]) -> None:
+        self._shape = list(shape)
+
+    @property
+    def parameters(self) -> Optional[Dict]:
+        """The tensor's parameters (a dict), or None."""
+        return self._parameters
+
+    @parameters.setter
+    def parameters(self, params: Optional[Dict]) -> None:
+        self._parameters = params
+
+    @property
+    def data(self) -> Optional[List]:
+        """The content as JSON values (a flat or nested list). For binary content this is computed on demand."""
+        if self._data is not None:
+            return self._data
+        if self._array is not None and not self._binary:
+            return self._json_values()
+        if self._raw_data is not None and not self._binary:
+            return self._json_values()
+        return None
+
+    @data.setter
+    def data(self, data: Union[List, np.ndarray]) -> None:
+        self._data, self._array, self._raw_data = None, None, None
+        if isinstance(data, np.ndarray):
+            self._array = data
+        else:
+            self._data = data
+
+    @property
+    def binary_data(self) -> bool:
+        """True when this tensor is to be sent as raw bytes (set by ``set_data_from_numpy``)."""
+        return self._binary
+
+    # --- reading --------------------------------------------------------------------------------------
+    def as_numpy(self) -> np.ndarray:
+        """The content as a numpy array of the tensor's shape.
+
+        Raw wire content is returned as a read-only view on the request bytes (no copy).
+        Raises InvalidInput when the content does not fit the shape or datatype.
+        """
+        if self._array is not None:
+            return self._array
+        dtype = np_dtype_of(self._datatype)
+        if dtype is None:
+            raise InvalidInput(f"input '{self._name}': invalid datatype {self._datatype}")
+        count = prod(self._shape)
+        if self._raw_data is not None:
+            if self._datatype == "BYTES":
+                flat = deserialize_bytes_tensor(self._raw_data, count, self._name)
+            else:
+                expected = count * dtype.itemsize
+                if len(self._raw_data) != expected:
+                    raise InvalidInput(
+                        f"input '{self._name}': {len(self._raw_data)} bytes of {self._datatype} data given "
+                        f"but shape {self._shape} needs {expected}"
+                    )
+                flat = np.frombuffer(self._raw_data, dtype=dtype)
+        elif self._data is not None:
+            flat = self._array_from_json(dtype)
+            if flat.size != count:
+                raise InvalidInput(
+                    f"input '{self._name}': {flat.size} values given but shape {self._shape} needs {count}"
+                )
+        else:
+            raise InvalidInput(f"'data' field is missing for tensor '{self._name}'")
+        self._array = flat.reshape(self._shape)
+        return self._array
+
+    def _array_from_json(self, dtype: np.dtype) -> np.ndarray:
+        try:
+            if self._datatype == "BYTES":
+                values = list(_flatten(self._data))
+                flat = np.empty(len(values), dtype=np.object_)
+                flat[:] = values
+                return flat
+            return np.asarray(self._data, dtype=dtype).reshape(-1)
+        except (ValueError, TypeError, OverflowError) as e:
+            raise InvalidInput(f"input '{self._name}': data does not fit datatype {self._datatype}: {e}") from None
+
+    def as_string(self) -> List[str]:
+        """The elements of a BYTES tensor decoded as UTF-8 text, in C order."""
+        if self._datatype != "BYTES":
+            raise InvalidInput(f"invalid datatype {self._datatype} in the input")
+        out = []
+        for item in self.as_numpy().reshape(-1):
+            out.append(item.decode("utf-8") if isinstance(item, (bytes, bytearray)) else str(item))
+        return out
+
+    def _json_values(self) -> List:
+        arr = self.as_numpy()
+        if self._datatype == "BYTES":
+            return _bytes_as_text(arr, self._name)
+        return arr.reshape(-1).tolist()
+
+    # --- writing --------------------------------------------------------------------------------------
+    def set_data_from_numpy(self, tensor: np.ndarray, binary_data: bool = True) -> None:
+        """Set the content from a numpy array; ``binary_data`` sends it as raw bytes instead of JSON.
+
+        Raises InferenceError when the array's dtype or shape differs from the tensor's.
+        """
+        if not isinstance(tensor, np.ndarray):
+            raise InferenceError("input_tensor must be a numpy array")
+        got = datatype_of(tensor.dtype)
+        if got != self._datatype and not (self._datatype == "BF16" and tensor.dtype == np.uint16):
+            raise InferenceError(f"got unexpected datatype {got} from numpy array, expected {self._datatype}")
+        if list(tensor.shape) != self._shape:
+            raise InferenceError(
+                f"got unexpected numpy array shape [{str(tensor.shape)[1:-1]}], expected [{str(self._shape)[1:-1]}]"
+            )
+        self._array, self._data, self._raw_data = tensor, None, None
+        self._binary = bool(binary_data)
+        if self._parameters:
+            self._parameters.pop("binary_data_size", None)
+
+    def raw_bytes(self) -> Union[bytes, memoryview]:
+        """The content in wire form (raw little-endian elements, or length-prefixed BYTES)."""
+        if self._raw_data is not None:
+            return self._raw_data
+        arr = self.as_numpy()
+        if self._datatype == "BYTES":
+            return serialize_bytes_tensor(arr)
+        if self._datatype == "BOOL" and arr.dtype != np.bool_:
+            arr = arr.astype(np.bool_)
+        return memoryview(np.ascontiguousarray(arr)).cast("B")
+
+    def json_data(self) -> Any:
+        """The content for a JSON body: a flat numpy array orjson writes natively, or a list."""
+        if self._data is not None:
+            return self._data
+        arr = self.as_numpy()
+        if self._datatype == "BYTES":
+            return _bytes_as_text(arr, self._name)
+        if arr.dtype.kind == "V" or not arr.dtype.isnative:
+            return arr.reshape(-1).tolist()
+        return np.ascontiguousarray(arr).reshape(-1)
+
+    def to_dict(self) -> Dict:
+        """The tensor as a v2 JSON object."""
+        out = {"name": self._name, "shape": self._shape, "datatype": self._datatype}
+        if self._parameters:
+            out["parameters"] = self._parameters
+        out["data"] = self.data
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Tensor) or type(other) is not type(self):
+            return False
+        if (self.name, self.shape, self.datatype) != (other.name, other.shape, other.datatype):
+            return False
+        return _same_values(self, other)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self._name!r}, shape={self._shape}, datatype={self._datatype!r})"
+
+    __hash__ = None
+
+
+def _same_values(a: Tensor, b: Tensor) -> bool:
+    try:
+        return bool(np.array_equal(a.as_numpy(), b.as_numpy()))
+    except InvalidInput:
+        return a._data == b._data
+
+
+def _flatten(values: Any):
+    if isinstance(values, (list, tuple)):
+        for v in values:
+            yield from _flatten(v)
+    else:
+        yield values
+
+
+def _bytes_as_text(arr: np.ndarray, name: str) -> List[str]:
+    out = []
+    for item in arr.reshape(-1):
+        if isinstance(item, (bytes, bytearray, np.bytes_)):
+            try:
+                out.append(bytes(item).decode("utf-8"))
+            except UnicodeDecodeError:
+                raise InvalidInput(
+                    f"tensor '{name}' holds bytes that are not UTF-8 text; request it with binary_data"
+                ) from None
+        else:
+            out.append(str(item))
+    return out
+
+
+def check_tensor_header(name: Any, shape: Any, datatype: Any) -> List[int]:
+    """Validate a decoded tensor's name, shape and datatype; return the shape. Raises InvalidInput."""
+    if not isinstance(name, str):
+        raise InvalidInput(f"tensor name must be a string, got {name!r}")
+    shape = _check_shape(name, shape)
+    if not isinstance(datatype, str) or datatype.upper() not in DATATYPES:
+        raise InvalidInput(f"input '{name}': unsupported datatype {datatype!r}")
+    return shape
+
+
+def expected_nbytes(datatype: str, shape: List[int]) -> int:
+    """Bytes a fixed-size tensor of this shape takes; -1 for BYTES (variable size)."""
+    size = element_size(datatype.upper())
+    return -1 if size == 0 else size * prod(shape)
