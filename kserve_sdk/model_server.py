@@ -29,10 +29,17 @@ from .predictor_config import PredictorConfig
 from .storage import default_model_dir
 from .utils.utils import cpu_count, strtobool
 
-# allow_abbrev=False: KServe's docs spell flags with one dash (-http_port), and with abbreviations on,
-# a foreign short flag such as pytest's "-m" would be read as an ambiguous prefix of "-model_name".
-parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False,
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+class _KServeArgumentParser(argparse.ArgumentParser):
+    """KServe's docs spell flags with one dash (``-http_port``). argparse would also read a foreign short
+    flag such as ``-m`` as an ambiguous prefix of ``-model_name`` and exit; here one-dash flags match
+    only exactly, and unknown ones are left for ``parse_known_args`` to return."""
+
+    def _get_option_tuples(self, option_string):
+        return super()._get_option_tuples(option_string) if option_string.startswith("--") else []
+
+
+parser = _KServeArgumentParser(add_help=False, allow_abbrev=False,
+                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
 
 
 def _flag(name: str, **kwargs: Any) -> None:

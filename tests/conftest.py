@@ -1,0 +1,117 @@
+"""Start real servers on free loopback ports and stop them (by PID) when the tests are done."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from typing import List, Optional
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = os.path.join(ROOT, "tests", "models")
+
+
+def free_port() -> int:
+    """A port nothing listens on right now (the server binds it a moment later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url: str, timeout: float = 5.0):
+    """(status, body bytes) of a GET, errors included."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+class Server:
+    """A server process started from a script with KServe CLI flags."""
+
+    def __init__(self, script: str, args: List[str], env: Optional[dict] = None, grpc: bool = True):
+        self.script, self.args, self.extra_env, self.grpc = script, list(args), env or {}, grpc
+        self.proc: Optional[subprocess.Popen] = None
+        self.log_file = tempfile.NamedTemporaryFile(prefix="kserve-sdk-test-", suffix=".log", delete=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def start(self, wait_ready: bool = True, attempts: int = 3) -> "Server":
+        for _ in range(attempts):
+            self.http_port, self.grpc_port = free_port(), free_port()
+            argv = [sys.executable, self.script, "--http_port", str(self.http_port),
+                    "--grpc_port", str(self.grpc_port), "--enable_grpc", str(self.grpc).lower(), *self.args]
+            env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1", **self.extra_env}
+            self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self.log_file, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+            if not wait_ready or self._wait_live():
+                return self
+            if "Address already in use" not in self.log():
+                break
+        raise RuntimeError(f"server {self.script} did not start:\n{self.log()}")
+
+    def _wait_live(self, timeout: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                if http_get(self.url + "/v2/health/live", timeout=1)[0] == 200:
+                    return True
+            except OSError:
+                pass
+            time.sleep(0.05)
+        return False
+
+    def log(self) -> str:
+        with open(self.log_file.name, errors="replace") as f:
+            return f.read()
+
+    def wait_exit(self, timeout: float = 20.0) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture(scope="session")
+def start_server():
+    """A factory: ``start_server("tests/models/x.py", "--flag", "v")``; every server is stopped at the end."""
+    started: List[Server] = []
+
+    def start(script: str, *args: str, env: Optional[dict] = None, grpc: bool = True, wait: bool = True) -> Server:
+        server = Server(os.path.join(ROOT, script), list(args), env=env, grpc=grpc)
+        started.append(server)
+        return server.start(wait_ready=wait)
+
+    yield start
+    for server in started:
+        server.stop()
+        os.unlink(server.log_file.name)
+
+
+@pytest.fixture(scope="session")
+def zoo(start_server) -> Server:
+    """One server with every test model of tests/models/zoo.py, REST and gRPC."""
+    return start_server("tests/models/zoo.py")

@@ -1,0 +1,58 @@
+"""A transformer (samples/transformer) forwarding to a predictor (samples/custom_model) over REST."""
+import json
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from rawhttp import post_json
+
+SETOSA_MM = {"sepal_length_mm": 51, "sepal_width_mm": 35, "petal_length_mm": 14, "petal_width_mm": 2}
+VIRGINICA_MM = {"sepal_length_mm": 67, "sepal_width_mm": 30, "petal_length_mm": 58, "petal_width_mm": 22}
+
+
+@pytest.fixture(scope="module")
+def predictor(start_server):
+    return start_server("samples/custom_model/model.py", "--model_name", "iris", grpc=False)
+
+
+@pytest.mark.parametrize("protocol", ["v1", "v2"])
+def test_transformer_forwards(start_server, predictor, protocol):
+    transformer = start_server("samples/transformer/model.py", "--model_name", "iris",
+                               "--predictor_host", f"127.0.0.1:{predictor.http_port}",
+                               "--predictor_protocol", protocol, grpc=False)
+    if protocol == "v1":
+        status, _, body = post_json(transformer.http_port, "/v1/models/iris:predict",
+                                    {"instances": [SETOSA_MM, VIRGINICA_MM]}, {"x-request-id": "trace-me"})
+        assert status == 200, body
+        assert body == {"predictions": ["setosa", "virginica"]}
+    else:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{transformer.http_port}")
+        rows = np.array([[SETOSA_MM[k] for k in SETOSA_MM], [VIRGINICA_MM[k] for k in VIRGINICA_MM]],
+                        dtype=np.float32)
+        tensor = httpclient.InferInput("measurements_mm", list(rows.shape), "FP32")
+        tensor.set_data_from_numpy(rows)
+        result = client.infer("iris", [tensor], headers={"x-request-id": "trace-me"})
+        np.testing.assert_array_equal(result.as_numpy("output-0"), [0, 2])
+        assert [x.decode() for x in result.as_numpy("class_name")] == ["setosa", "virginica"]
+        client.close()
+    # The request id travelled to the predictor, whose latency line names it.
+    assert "requestId: trace-me" in predictor.log()
+
+
+def test_transformer_passes_on_predictor_errors(start_server, predictor):
+    transformer = start_server("samples/transformer/model.py", "--model_name", "other",
+                               "--predictor_host", f"127.0.0.1:{predictor.http_port}", grpc=False)
+    status, _, body = post_json(transformer.http_port, "/v1/models/other:predict", {"instances": [SETOSA_MM]})
+    assert status == 404
+    assert "Model with name other does not exist." in body["error"]
+
+
+def test_transformer_without_reachable_predictor(start_server):
+    from conftest import free_port
+
+    transformer = start_server("samples/transformer/model.py", "--model_name", "iris",
+                               "--predictor_host", f"127.0.0.1:{free_port()}", grpc=False)
+    status, _, body = post_json(transformer.http_port, "/v1/models/iris:predict", {"instances": [SETOSA_MM]})
+    assert status == 503
+    assert "cannot reach" in body["error"]
