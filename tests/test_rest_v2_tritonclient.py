@@ -119,3 +119,12 @@ def test_versions_route_and_model_returning_arrays(client, zoo):
     np.testing.assert_array_equal(result.as_numpy("output-0"), a * 2)
     assert client.get_model_metadata("echo", model_version="3")["versions"] == ["3"]
     assert client.is_model_ready("echo", model_version="3")
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_empty_tensor(client, binary):
+    tensor = httpclient.InferInput("INPUT0", [0, 4], "FP32")
+    tensor.set_data_from_numpy(np.zeros((0, 4), np.float32), binary_data=binary)
+    result = client.infer("echo", [tensor], outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary)])
+    out = result.as_numpy("OUTPUT0")
+    assert out.shape == (0, 4) and out.dtype == np.float32

@@ -10,7 +10,7 @@ from typing import Any, Dict
 import grpc
 
 from ..dataplane import DataPlane
-from ..errors import InferenceError, grpc_code_of
+from ..errors import InferenceError, grpc_code_of, status_of
 from ..logging import logger
 from ..protocol.grpc import grpc_predict_v2_pb2 as pb
 from ..protocol.grpc.convert import infer_request_from_grpc, infer_response_to_grpc
@@ -25,6 +25,11 @@ def _status(exc: BaseException) -> grpc.StatusCode:
     return grpc.StatusCode[grpc_code_of(exc)]
 
 
+def _message(exc: BaseException) -> str:
+    """The client-facing message: the one REST gives (e.g. "RuntimeError : kaboom" for a model's bug)."""
+    return status_of(exc)[1]
+
+
 def answers_errors(method):
     """Turn any exception of a unary RPC into an aborted call with its status code and message."""
 
@@ -36,7 +41,7 @@ def answers_errors(method):
             code = _status(e)
             if code is grpc.StatusCode.INTERNAL:
                 logger.error("gRPC %s failed: %s", method.__name__, e, exc_info=e)
-            await context.abort(code, str(e))
+            await context.abort(code, _message(e))
 
     return wrapper
 
@@ -110,7 +115,9 @@ class InferenceServicer(GRPCInferenceServiceServicer):
                 message = await self._infer(request, context)
                 yield pb.ModelStreamInferResponse(infer_response=message)
             except Exception as e:
-                yield pb.ModelStreamInferResponse(error_message=str(e))
+                if _status(e) is grpc.StatusCode.INTERNAL:
+                    logger.error("gRPC ModelStreamInfer failed: %s", e, exc_info=e)
+                yield pb.ModelStreamInferResponse(error_message=_message(e))
 
     @answers_errors
     async def RepositoryIndex(self, request, context):

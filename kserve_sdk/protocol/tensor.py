@@ -190,7 +190,7 @@ class Tensor:
             return serialize_bytes_tensor(arr)
         if self._datatype == "BOOL" and arr.dtype != np.bool_:
             arr = arr.astype(np.bool_)
-        return memoryview(np.ascontiguousarray(arr)).cast("B")
+        return memoryview(np.ascontiguousarray(arr).reshape(-1)).cast("B")
 
     def json_data(self) -> Any:
         """The content for a JSON body: a flat numpy array orjson writes natively, or a list."""

@@ -1,6 +1,6 @@
 """An iris classifier served by kserve_sdk: nearest class centroid over four flower measurements.
 
-v1:  POST /v1/models/<name>:predict  {"instances": [[6.8, 2.8, 4.8, 1.4]]} -> {"predictions": [1]}
+v1:  POST /v1/models/<name>:predict  {"instances": [[5.9, 3.0, 4.2, 1.5]]} -> {"predictions": [1]}
 v2:  POST /v2/models/<name>/infer    input "input-0" FP32 [N, 4]          -> output "output-0" INT64 [N]
 """
 import argparse
