@@ -206,6 +206,37 @@ def reset_hwm(pid):
     return ok
 
 
+def cpu_ticks(pid):
+    total = 0
+    for p in proc_tree(pid):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])   # utime + stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def wait_idle(pid, timeout=60.0, interval=0.25):
+    """Wait until the server tree uses < ~10% CPU for two intervals in a row.
+
+    wrk abandons in-flight requests when it stops; a slow server keeps computing
+    them and would steal CPU from the next measurement. Returns seconds waited.
+    """
+    hz = os.sysconf("SC_CLK_TCK")
+    t0 = time.monotonic()
+    last, quiet = cpu_ticks(pid), 0
+    while time.monotonic() - t0 < timeout:
+        time.sleep(interval)
+        now = cpu_ticks(pid)
+        quiet = quiet + 1 if (now - last) / hz < 0.1 * interval else 0
+        last = now
+        if quiet >= 2:
+            break
+    return time.monotonic() - t0
+
+
 def peak_mib(pid):
     total = 0
     for p in proc_tree(pid):
@@ -407,8 +438,10 @@ def bench_one(args, target, case, payload, hwm_reset_ok):
         reset_hwm(target.proc.pid)
     if args.warmup > 0:
         run_wrk(args, target, case, payload, args.warmup)
+        wait_idle(target.proc.pid)
     res, err = run_wrk(args, target, case, payload, args.duration)
     row.mem = peak_mib(target.proc.pid)
+    wait_idle(target.proc.pid)
     if res is None:
         row.note = "ERROR: " + err
         return row
@@ -416,6 +449,10 @@ def bench_one(args, target, case, payload, hwm_reset_ok):
     row.non2xx = res["status_errors"]
     row.sockerr = res["connect"] + res["read"] + res["write"] + res["timeout"]
     ok = res["requests"] - res["status_errors"]
+    if res["requests"] == 0:
+        row.note = f"TOO SLOW: no response completed within {args.duration}s " \
+                   f"({row.sockerr} socket errors); use a longer --duration"
+        return row
     if ok <= 0:
         # All answers were errors: show one, not a rate.
         try:
@@ -436,7 +473,6 @@ def bench_one(args, target, case, payload, hwm_reset_ok):
                 check_response(case, payload, status, hdrs, data) or "OK")
         except OSError as e:
             row.note = f"some requests failed; probe: {e!r}"
-    # post-run correctness probe: the server still answers right
     return row
 
 
@@ -529,11 +565,12 @@ def main():
     names = [n.strip() for n in args.targets.split(",") if n.strip()]
     cases = select_cases(args.cases)
 
-    # SIGTERM/SIGHUP behave like Ctrl-C so the finally-block stops the servers.
+    # SIGINT (also when inherited as ignored, e.g. under `cmd &`), SIGTERM and SIGHUP
+    # all raise KeyboardInterrupt so the finally-block stops the servers.
     def _interrupt(signum, _frame):
         raise KeyboardInterrupt(f"signal {signum}")
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGHUP, _interrupt)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
 
     workdir = tempfile.mkdtemp(prefix="http-bench-")
     targets = []
