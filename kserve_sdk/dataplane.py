@@ -4,18 +4,20 @@ Wire handlers decode a request into a dict (v1) or an InferRequest (v2), call a 
 encode what it returns. Model lookup, readiness, the response rules of v2 (requested outputs, binary
 outputs) and latency logging are applied here once, for every protocol.
 """
+import asyncio
 import inspect
 import logging
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .errors import InferenceError, ModelNotFound, ModelNotReady
+from . import metrics
+from .errors import InferenceError, ModelNotFound, ModelNotReady, ServerNotReady
 from .logging import trace_logger
 from .model import InferenceModel, InferenceVerb, Model
 from .model_repository import ModelRepository
 from .protocol.infer_type import InferRequest, InferResponse
-from .utils.utils import get_predict_response
+from .utils.utils import generate_uuid, get_predict_response
 
 try:
     from importlib.metadata import version as _pkg_version
@@ -38,6 +40,46 @@ class DataPlane:
     def __init__(self, model_registry: ModelRepository, enable_latency_logging: bool = True):
         self._model_registry = model_registry
         self.enable_latency_logging = enable_latency_logging
+        self.draining = False
+        self._in_flight = 0
+        self._idle: Optional[asyncio.Event] = None
+
+    # --- request lifecycle ------------------------------------------------------------------------
+    def begin_request(self) -> None:
+        """Count an inference call in flight; refused (503 / UNAVAILABLE) once the server is draining."""
+        if self.draining:
+            raise ServerNotReady("The server is shutting down.")
+        self._in_flight += 1
+
+    def end_request(self) -> None:
+        """An inference call counted by ``begin_request`` has ended."""
+        self._in_flight -= 1
+        if self._in_flight == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def drain(self, timeout: float) -> bool:
+        """Refuse new calls and wait up to ``timeout`` s for those in flight; True when none is left."""
+        self.draining = True
+        if self._in_flight == 0:
+            return True
+        self._idle = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    @staticmethod
+    def request_id(headers: Dict[str, str]) -> str:
+        """The call's ``x-request-id``; one is made up (and added to ``headers``) when the client sent none."""
+        request_id = headers.get("x-request-id")
+        if request_id is None:
+            request_id = headers["x-request-id"] = generate_uuid()
+        return request_id
+
+    def model_label(self, name: Optional[str]) -> str:
+        """The model name for metric labels: registered names only, so clients cannot mint labels."""
+        return name if name and self._model_registry.get_model(name) is not None else ""
 
     @property
     def model_registry(self) -> ModelRepository:
@@ -56,7 +98,9 @@ class DataPlane:
         return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": SERVER_EXTENSIONS}
 
     async def ready(self) -> bool:
-        """Readiness: at least one model is registered and every registered model is ready."""
+        """Readiness: not draining, at least one model is registered and every registered model is ready."""
+        if self.draining:
+            return False
         names = list(self._model_registry.get_models())
         if not names:
             return False
@@ -118,15 +162,23 @@ class DataPlane:
                     verb: InferenceVerb) -> Tuple[Any, Dict[str, str]]:
         model = await self.ready_model(model_name)
         headers = {} if headers is None else headers
-        if isinstance(model, Model):
-            response, response_headers, timings = await model.run_pipeline(request, headers, verb)
-            if self.enable_latency_logging and trace_logger.isEnabledFor(logging.INFO):
-                self._log_latency(headers, timings)
-        else:
-            response, response_headers = await _maybe_await(model(request, headers=headers, verb=verb))
+        self.begin_request()
+        try:
+            if isinstance(model, Model):
+                response, response_headers, timings = await model.run_pipeline(request, headers, verb)
+                self._record(model_name, headers, timings)
+            else:
+                response, response_headers = await _maybe_await(model(request, headers=headers, verb=verb))
+        finally:
+            self.end_request()
         if isinstance(request, InferRequest):
             response = self._as_v2_response(model_name, request, response)
         return response, response_headers or {}
+
+    def _record(self, model_name: str, headers: Dict[str, str], timings: Dict[str, float]) -> None:
+        metrics.observe_stages(model_name, timings)
+        if self.enable_latency_logging and trace_logger.isEnabledFor(logging.INFO):
+            self._log_latency(headers, timings)
 
     @staticmethod
     def _as_v2_response(model_name: str, request: InferRequest, response: Any) -> Any:

@@ -13,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional
 
 from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
 
-from . import context
+from . import context, metrics
 from .constants.constants import (
     DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, DEFAULT_MAX_BODY_SIZE, KSERVE_TLS_CERT_FILE_ENV,
     KSERVE_TLS_KEY_FILE_ENV, MAX_GRPC_MESSAGE_LENGTH,
@@ -79,6 +80,8 @@ _flag("grpc_max_send_message_length", default=MAX_GRPC_MESSAGE_LENGTH, type=int,
       help="The max message length for gRPC send message.")
 _flag("grpc_max_receive_message_length", default=MAX_GRPC_MESSAGE_LENGTH, type=int,
       help="The max message length for gRPC receive message.")
+_flag("grace_period", default=30, type=int,
+      help="Seconds a stopping server waits for requests in flight before it exits.")
 _flag("max_body_size", default=DEFAULT_MAX_BODY_SIZE, type=int, help="The largest REST request body, in bytes.")
 _flag("ssl_certfile", default=os.environ.get(KSERVE_TLS_CERT_FILE_ENV), type=str, help="Serve HTTPS with this cert.")
 _flag("ssl_keyfile", default=os.environ.get(KSERVE_TLS_KEY_FILE_ENV), type=str, help="The key of --ssl_certfile.")
@@ -115,7 +118,7 @@ class ModelServer:
         access_log_format: Optional[str] = args.access_log_format,
         event_loop: str = args.event_loop,
         timeout_keep_alive: int = args.timeout_keep_alive,
-        grace_period: int = 30,
+        grace_period: int = args.grace_period,
         predictor_config: Optional[PredictorConfig] = None,
         ssl_certfile: Optional[str] = args.ssl_certfile,
         ssl_keyfile: Optional[str] = args.ssl_keyfile,
@@ -159,16 +162,28 @@ class ModelServer:
 
     def start(self, models: List[BaseKServeModel]) -> None:
         """Serve ``models`` until SIGTERM/SIGINT. Models not ready now are left out (logged); with none
-        ready the server logs why and exits with status 1 without serving."""
+        ready the server logs why and exits with status 1 without serving.
+
+        With ``--workers N`` (N > 1) this process binds the HTTP port, forks N workers that each serve
+        REST and gRPC with their own event loop, restarts a worker that dies, and on SIGTERM drains them all.
+        """
         try:
             self._register_ready(models)
         except NoModelReady as e:
             logger.error("%s", e)
             sys.exit(1)
-        if self.workers > 1:
-            logger.warning("--workers %d: multi-process serving is not available yet; serving in one process",
-                           self.workers)
-        asyncio.run(self._serve(models))
+        metrics.setup()
+        try:
+            if self.workers > 1:
+                from .workers import Supervisor
+
+                sockets = bind_sockets(self.http_port)
+                Supervisor(self.workers, lambda: asyncio.run(self._serve(sockets, reuse_port=True)),
+                           self.grace_period).run()
+            else:
+                asyncio.run(self._serve())
+        finally:
+            metrics.cleanup()
 
     def _register_ready(self, models: List[BaseKServeModel]) -> None:
         if not isinstance(models, list):
@@ -186,7 +201,7 @@ class ModelServer:
         if models and not any_ready:
             raise NoModelReady(models)
 
-    async def _serve(self, models: List[BaseKServeModel]) -> None:
+    async def _serve(self, sockets: Optional[List[socket.socket]] = None, reuse_port: bool = False) -> None:
         loop = asyncio.get_running_loop()
         loop.set_default_executor(ThreadPoolExecutor(max_workers=self.max_asyncio_workers,
                                                      thread_name_prefix="model"))
@@ -197,51 +212,60 @@ class ModelServer:
             model.start()
             if model.engine:
                 await model.start_engine()
-        self._start_http()
+        self._start_http(sockets)
         if self.enable_grpc:
-            await self._start_grpc()
+            await self._start_grpc(reuse_port)
         logger.info("Serving HTTP on port %d%s", self.http_port,
                     f" and gRPC on port {self.grpc_port}" if self.enable_grpc else "")
         await self._stopping.wait()
         await self._shutdown()
 
-    def _start_http(self) -> None:
+    def _start_http(self, sockets: Optional[List[socket.socket]]) -> None:
         ssl_options = None
         if self.ssl_certfile and self.ssl_keyfile:
             import ssl
 
             ssl_options = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             ssl_options.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
-        app = make_app(self.dataplane)
+        app = make_app(self.dataplane, access_log_format=self.access_log_format,
+                       enable_docs_url=self.enable_docs_url)
         server = HTTPServer(app, ssl_options=ssl_options, max_body_size=self.max_body_size,
                             idle_connection_timeout=self.timeout_keep_alive, decompress_request=True)
-        server.listen(self.http_port, reuse_port=False)
+        if sockets is None:
+            server.listen(self.http_port)
+        else:
+            server.add_sockets(sockets)
         self._http_server = server
 
-    async def _start_grpc(self) -> None:
+    async def _start_grpc(self, reuse_port: bool) -> None:
         from .handlers.grpc import start_grpc_server
 
         self._grpc_server = await start_grpc_server(
             self.dataplane, self.grpc_port, self.max_threads,
-            self.grpc_max_send_message_length, self.grpc_max_receive_message_length)
+            self.grpc_max_send_message_length, self.grpc_max_receive_message_length, reuse_port)
 
     def stop(self, sig: Optional[int] = None) -> None:
-        """Begin a graceful stop: refuse new connections, finish requests in flight, then exit."""
+        """Begin a graceful stop: refuse new inference calls, let those in flight finish, then exit."""
         logger.info("Stopping the model server (signal %s)", sig)
+        self.dataplane.draining = True
         if self._stopping is not None:
             self._stopping.set()
 
     async def _shutdown(self) -> None:
+        """Drain, then stop: readiness turns false and new inference calls are refused at once, while the
+        listeners stay open (so probes see 503); calls in flight get ``grace_period`` seconds to finish."""
         from .clients.forward import close_clients
 
+        if not await self.dataplane.drain(self.grace_period):
+            logger.warning("requests still in flight after the %ss grace period; stopping anyway", self.grace_period)
         self._http_server.stop()
         grpc_server = getattr(self, "_grpc_server", None)
         if grpc_server is not None:
-            await grpc_server.stop(self.grace_period)
+            await grpc_server.stop(1)
         try:
-            await asyncio.wait_for(self._http_server.close_all_connections(), self.grace_period)
+            await asyncio.wait_for(self._http_server.close_all_connections(), 5)
         except asyncio.TimeoutError:
-            logger.warning("connections still open after %ss; closing", self.grace_period)
+            logger.warning("HTTP connections still open after the drain; closing")
         await close_clients()
         for name in list(self.registered_models.get_models()):
             self.registered_models.unload(name)

@@ -1,13 +1,15 @@
 """What every HTTP handler shares: JSON answers, the ``{"error": ...}`` shape, request headers."""
 import logging
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from tornado.web import HTTPError, RequestHandler
 
 from ..dataplane import DataPlane
+from .. import metrics
 from ..errors import status_of
 from ..logging import logger
 from ..protocol.rest_codec import dumps
+from .cloudevents import encode_cloudevent
 
 JSON = "application/json"
 
@@ -15,16 +17,28 @@ JSON = "application/json"
 class BaseHandler(RequestHandler):
     """A handler bound to the data plane; any exception becomes a JSON error with its own status."""
 
+    protocol = "rest_v2"  # metric and access-log labels
+    endpoint = "other"
+
     def initialize(self, dataplane: DataPlane) -> None:
         self.dataplane = dataplane
+
+    def prepare(self) -> None:
+        metrics.request_started(self.protocol)
+        self.in_flight_counted = True
 
     def compute_etag(self) -> Optional[str]:
         # Inference answers are never cached; hashing every body would only cost time.
         return None
 
     def request_headers(self) -> Dict[str, str]:
-        """The request headers as one mutable dict with lowercase names (what models receive)."""
-        return {name.lower(): value for name, value in self.request.headers.get_all()}
+        """The request headers as one mutable dict with lowercase names (what models receive).
+
+        The request's ``x-request-id`` is echoed in the response; one is made up when there is none.
+        """
+        headers = {name.lower(): value for name, value in self.request.headers.get_all()}
+        self.set_header("x-request-id", self.dataplane.request_id(headers))
+        return headers
 
     def send_body(self, body: bytes, content_type: str = JSON, headers: Optional[Dict[str, str]] = None) -> None:
         """Finish with ``body``; ``headers`` are extra response headers (e.g. set by the model)."""
@@ -33,6 +47,12 @@ class BaseHandler(RequestHandler):
                 self.set_header(name, value)
         self.set_header("Content-Type", content_type)
         self.finish(body)
+
+    def send_cloudevent(self, response: Any, event: Tuple[Any, Dict[str, Any], str], model_name: str,
+                        headers: Dict[str, str]) -> None:
+        """Finish with ``response`` as a CloudEvent in the mode of the request ``event`` (see cloudevents.py)."""
+        body, event_headers = encode_cloudevent(response, event[1], event[2], model_name)
+        self.send_body(body, event_headers.pop("content-type"), {**headers, **event_headers})
 
     def send_json(self, obj: Any) -> None:
         """Finish with ``obj`` as compact JSON."""
@@ -62,11 +82,24 @@ class NotFoundHandler(BaseHandler):
     """Any path no route matches: 404 with a JSON error."""
 
     def prepare(self) -> None:
+        super().prepare()
         raise HTTPError(404, f"no route for {self.request.method} {self.request.path}")
 
 
 class LiveHandler(BaseHandler):
     """``GET /``: the process is alive."""
 
+    protocol, endpoint = "rest_v1", "live"
+
     async def get(self) -> None:
         self.send_json(await self.dataplane.live())
+
+
+class MetricsHandler(BaseHandler):
+    """``GET /metrics``: Prometheus metrics of every worker, in the format the scraper asks for."""
+
+    endpoint = "metrics"
+
+    def get(self) -> None:
+        body, content_type = metrics.render(self.request.headers.get("Accept"))
+        self.send_body(body, content_type)

@@ -4,11 +4,13 @@ Errors are answered with the status code their type names (NOT_FOUND, UNAVAILABL
 UNIMPLEMENTED, INTERNAL) and the same message REST gives.
 """
 import functools
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict
 
 import grpc
 
+from .. import metrics
 from ..dataplane import DataPlane
 from ..errors import InferenceError, grpc_code_of, status_of
 from ..logging import logger
@@ -31,10 +33,14 @@ def _message(exc: BaseException) -> str:
 
 
 def answers_errors(method):
-    """Turn any exception of a unary RPC into an aborted call with its status code and message."""
+    """Turn any exception of a unary RPC into an aborted call with its status code and message,
+    and count the call in the request metrics."""
 
     @functools.wraps(method)
     async def wrapper(self, request, context):
+        start = time.perf_counter()
+        metrics.request_started("grpc")
+        code = grpc.StatusCode.OK
         try:
             return await method(self, request, context)
         except Exception as e:  # every error answers the client; the server goes on
@@ -42,6 +48,9 @@ def answers_errors(method):
             if code is grpc.StatusCode.INTERNAL:
                 logger.error("gRPC %s failed: %s", method.__name__, e, exc_info=e)
             await context.abort(code, _message(e))
+        finally:
+            model = self.dataplane.model_label(getattr(request, "model_name", None) or getattr(request, "name", None))
+            metrics.request_finished(model, "grpc", method.__name__, code.name, time.perf_counter() - start)
 
     return wrapper
 
@@ -98,10 +107,12 @@ class InferenceServicer(GRPCInferenceServiceServicer):
     async def _infer(self, request, context):
         await self.dataplane.ready_model(request.model_name)
         infer_request = infer_request_from_grpc(request)
-        response, response_headers = await self.dataplane.infer(
-            request.model_name, infer_request, request_headers(context))
-        if response_headers:
-            context.set_trailing_metadata(tuple((k.lower(), str(v)) for k, v in response_headers.items()))
+        headers = request_headers(context)
+        request_id = self.dataplane.request_id(headers)
+        response, response_headers = await self.dataplane.infer(request.model_name, infer_request, headers)
+        trailing = [(k.lower(), str(v)) for k, v in response_headers.items()]
+        trailing.append(("x-request-id", request_id))
+        context.set_trailing_metadata(tuple(trailing))
         return to_infer_response_message(response)
 
     @answers_errors
@@ -142,12 +153,13 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
 
 async def start_grpc_server(dataplane: DataPlane, port: int, max_threads: int, max_send: int,
-                            max_receive: int) -> grpc.aio.Server:
-    """Start the gRPC server on ``port`` (all interfaces) on the running loop."""
+                            max_receive: int, reuse_port: bool = False) -> grpc.aio.Server:
+    """Start the gRPC server on ``port`` (all interfaces) on the running loop; workers share the port
+    with ``reuse_port``."""
     server = grpc.aio.server(
         migration_thread_pool=ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="grpc"),
         options=[("grpc.max_send_message_length", max_send), ("grpc.max_receive_message_length", max_receive),
-                 ("grpc.so_reuseport", 0)],
+                 ("grpc.so_reuseport", int(reuse_port))],
     )
     add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane), server)
     server.add_insecure_port(f"[::]:{port}")

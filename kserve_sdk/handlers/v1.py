@@ -5,6 +5,7 @@ from ..errors import InvalidInput, ModelNotReady
 from ..protocol.infer_type import InferResponse
 from ..protocol.rest_codec import dumps, encode_infer_response, loads_json
 from .base import JSON, BaseHandler
+from .cloudevents import decode_cloudevent
 
 
 def encode_v1_response(response: Any) -> Tuple[bytes, str]:
@@ -22,12 +23,16 @@ def encode_v1_response(response: Any) -> Tuple[bytes, str]:
 class ListModelsHandler(BaseHandler):
     """``GET /v1/models``: the names of the served models."""
 
+    protocol, endpoint = "rest_v1", "models"
+
     def get(self) -> None:
         self.send_json({"models": self.dataplane.list_models()})
 
 
 class ModelReadyHandler(BaseHandler):
     """``GET /v1/models/<m>``: ``{"name", "ready": true}``, 503 when not ready, 404 when unknown."""
+
+    protocol, endpoint = "rest_v1", "model_ready"
 
     async def get(self, name: str) -> None:
         if not await self.dataplane.model_ready(name):
@@ -38,6 +43,8 @@ class ModelReadyHandler(BaseHandler):
 class PredictHandler(BaseHandler):
     """``POST /v1/models/<m>:predict`` (and ``:explain`` through ``verb``)."""
 
+    protocol, endpoint = "rest_v1", "predict"
+
     verb = "predict"
 
     async def post(self, name: str) -> None:
@@ -45,9 +52,12 @@ class PredictHandler(BaseHandler):
         body = self.request.body
         if not body:
             raise InvalidInput("the request body is empty")
-        request = loads_json(body)
+        event = decode_cloudevent(body, self.request.headers)
+        request = loads_json(body) if event is None else event[0]
         call = self.dataplane.infer if self.verb == "predict" else self.dataplane.explain
         response, response_headers = await call(name, request, self.request_headers())
+        if event is not None:
+            return self.send_cloudevent(response, event, name, response_headers)
         payload, content_type = encode_v1_response(response)
         self.send_body(payload, content_type, response_headers)
 
@@ -55,4 +65,4 @@ class PredictHandler(BaseHandler):
 class ExplainHandler(PredictHandler):
     """``POST /v1/models/<m>:explain``."""
 
-    verb = "explain"
+    verb = endpoint = "explain"

@@ -3,14 +3,18 @@ from typing import Optional
 
 from ..errors import ModelNotReady, ServerNotReady
 from ..protocol.infer_type import InferResponse
-from ..protocol.rest_codec import decode_infer_request, dumps, encode_infer_response, parse_json_length
+from ..protocol.rest_codec import (decode_infer_request, dumps, encode_infer_response, infer_request_from_dict,
+                                   parse_json_length)
 from .base import JSON, BaseHandler
+from .cloudevents import decode_cloudevent
 
 BINARY_HEADER = "Inference-Header-Content-Length"
 
 
 class ServerMetadataHandler(BaseHandler):
     """``GET /v2``: server name, version and extensions."""
+
+    endpoint = "server_metadata"
 
     def get(self) -> None:
         self.send_json(self.dataplane.metadata())
@@ -19,6 +23,8 @@ class ServerMetadataHandler(BaseHandler):
 class ServerLiveHandler(BaseHandler):
     """``GET /v2/health/live``."""
 
+    endpoint = "live"
+
     async def get(self) -> None:
         await self.dataplane.live()
         self.send_json({"live": True})
@@ -26,6 +32,8 @@ class ServerLiveHandler(BaseHandler):
 
 class ServerReadyHandler(BaseHandler):
     """``GET /v2/health/ready``: 200 only when every registered model is ready."""
+
+    endpoint = "ready"
 
     async def get(self) -> None:
         if not await self.dataplane.ready():
@@ -36,6 +44,8 @@ class ServerReadyHandler(BaseHandler):
 class ListModelsHandler(BaseHandler):
     """``GET /v2/models``: the names of the served models."""
 
+    endpoint = "models"
+
     def get(self) -> None:
         self.send_json({"models": self.dataplane.list_models()})
 
@@ -43,12 +53,16 @@ class ListModelsHandler(BaseHandler):
 class ModelMetadataHandler(BaseHandler):
     """``GET /v2/models/<m>[/versions/<v>]``."""
 
+    endpoint = "model_metadata"
+
     async def get(self, name: str, version: Optional[str] = None) -> None:
         self.send_json(await self.dataplane.model_metadata(name, version))
 
 
 class ModelReadyHandler(BaseHandler):
     """``GET /v2/models/<m>[/versions/<v>]/ready``."""
+
+    endpoint = "model_ready"
 
     async def get(self, name: str, version: Optional[str] = None) -> None:
         if not await self.dataplane.model_ready(name):
@@ -59,13 +73,22 @@ class ModelReadyHandler(BaseHandler):
 class InferHandler(BaseHandler):
     """``POST /v2/models/<m>[/versions/<v>]/infer``: JSON or binary tensors in, the same out."""
 
+    endpoint = "infer"
+
     async def post(self, name: str, version: Optional[str] = None) -> None:
         await self.dataplane.ready_model(name)
         body = self.request.body
-        json_length = parse_json_length(self.request.headers.get(BINARY_HEADER), len(body))
-        request = decode_infer_request(body, json_length, name)
-        request.model_version = version
+        event = decode_cloudevent(body, self.request.headers)
+        if event is None:
+            json_length = parse_json_length(self.request.headers.get(BINARY_HEADER), len(body))
+            request = decode_infer_request(body, json_length, name)
+        else:  # JSON event data is a v2 request; other data (e.g. Avro) goes to the model as bytes
+            request = event[0] if isinstance(event[0], bytes) else infer_request_from_dict(event[0], name, b"", None)
+        if not isinstance(request, bytes):
+            request.model_version = version
         response, response_headers = await self.dataplane.infer(name, request, self.request_headers())
+        if event is not None:
+            return self.send_cloudevent(response, event, name, response_headers)
         if isinstance(response, InferResponse):
             payload, out_length = encode_infer_response(response)
         elif isinstance(response, (bytes, bytearray)):
@@ -81,6 +104,8 @@ class InferHandler(BaseHandler):
 
 class RepositoryHandler(BaseHandler):
     """``POST /v2/repository/models/<m>/load`` and ``.../unload``."""
+
+    endpoint = "repository"
 
     async def post(self, name: str, action: str) -> None:
         if action == "load":

@@ -1,0 +1,125 @@
+"""Prometheus metrics, counted the same for REST, gRPC and streams, summed over worker processes.
+
+prometheus-client runs in multi-process mode: every worker writes its values to memory-mapped files
+in one directory (``PROMETHEUS_MULTIPROC_DIR``; the server makes a fresh one unless it is set), and a
+scrape of any worker reads them all. The mode is chosen when prometheus-client is first imported, so
+``setup()`` runs before that import; until it runs, every recording function here is a no-op.
+"""
+import os
+import shutil
+import sys
+import tempfile
+from typing import Dict, Optional, Tuple
+
+_m = None  # the metric objects, once set up
+_own_dir: Optional[str] = None
+
+STAGE_HISTOGRAMS = {
+    "preprocess_ms": "request_preprocess_seconds",
+    "predict_ms": "request_predict_seconds",
+    "postprocess_ms": "request_postprocess_seconds",
+    "explain_ms": "request_explain_seconds",
+}
+
+
+class _Metrics:
+    def __init__(self) -> None:
+        from prometheus_client import Counter, Gauge, Histogram
+
+        self.stages = {key: Histogram(name, f"{name.split('_')[1]} latency in seconds", ["model_name"])
+                       for key, name in STAGE_HISTOGRAMS.items()}
+        labels = ["model_name", "protocol", "endpoint", "status"]
+        self.requests = Counter("kserve_requests", "Requests answered", labels)
+        self.latency = Histogram("kserve_request_duration_seconds", "Time to answer a request", labels)
+        self.in_flight = Gauge("kserve_requests_in_flight", "Requests being answered", ["protocol"],
+                               multiprocess_mode="livesum")
+        self.streams = Counter("kserve_streams", "Streaming calls answered", ["model_name", "protocol"])
+        self.first_response = Histogram("kserve_stream_first_response_seconds",
+                                        "Time from request to the first streamed response", ["model_name", "protocol"])
+        self.stream_responses = Histogram("kserve_stream_responses", "Responses sent per stream",
+                                          ["model_name", "protocol"],
+                                          buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000, float("inf")))
+        self.batch_size = Histogram("kserve_batch_size", "Requests merged into one predict call", ["model_name"],
+                                    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, float("inf")))
+
+
+def setup() -> None:
+    """Choose the metrics directory (before prometheus-client is imported) and create the metrics."""
+    global _m, _own_dir
+    if _m is not None:
+        return
+    if "PROMETHEUS_MULTIPROC_DIR" not in os.environ and "prometheus_client.values" not in sys.modules:
+        _own_dir = tempfile.mkdtemp(prefix="kserve-sdk-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = _own_dir
+    _m = _Metrics()
+
+
+def cleanup() -> None:
+    """Remove the metrics directory this process made (the top process, at exit)."""
+    if _own_dir:
+        shutil.rmtree(_own_dir, ignore_errors=True)
+
+
+def worker_exited(pid: int) -> None:
+    """Drop a dead worker's live gauges (its counters keep counting in the totals)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)
+
+
+def observe_stages(model_name: str, timings: Dict[str, float]) -> None:
+    """Record a pipeline's stage durations (milliseconds) into KServe's four histograms."""
+    if _m is None:
+        return
+    for key, ms in timings.items():
+        _m.stages[key].labels(model_name).observe(ms / 1000.0)
+
+
+def request_started(protocol: str) -> None:
+    """A request began (the in-flight gauge)."""
+    if _m is not None:
+        _m.in_flight.labels(protocol).inc()
+
+
+def request_finished(model_name: str, protocol: str, endpoint: str, status: str, seconds: float,
+                     started: bool = True) -> None:
+    """A request was answered with ``status`` after ``seconds``."""
+    if _m is None:
+        return
+    if started:
+        _m.in_flight.labels(protocol).dec()
+    _m.requests.labels(model_name, protocol, endpoint, status).inc()
+    _m.latency.labels(model_name, protocol, endpoint, status).observe(seconds)
+
+
+def stream_finished(model_name: str, protocol: str, responses: int, first_response_s: Optional[float]) -> None:
+    """A stream ended after ``responses`` responses; the first came ``first_response_s`` after the request."""
+    if _m is None:
+        return
+    _m.streams.labels(model_name, protocol).inc()
+    _m.stream_responses.labels(model_name, protocol).observe(responses)
+    if first_response_s is not None:
+        _m.first_response.labels(model_name, protocol).observe(first_response_s)
+
+
+def batch_formed(model_name: str, size: int) -> None:
+    """``size`` requests were merged into one predict call."""
+    if _m is not None:
+        _m.batch_size.labels(model_name).observe(size)
+
+
+def render(accept: Optional[str]) -> Tuple[bytes, str]:
+    """The scrape body (summed over all workers) and its content type, negotiated from ``Accept``."""
+    from prometheus_client import CollectorRegistry, ProcessCollector, exposition
+
+    registry = CollectorRegistry()
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.MultiProcessCollector(registry)
+        ProcessCollector(registry=registry)
+    else:
+        from prometheus_client import REGISTRY as registry
+    encoder, content_type = exposition.choose_encoder(accept or "")
+    return encoder(registry), content_type

@@ -1,0 +1,105 @@
+"""``--workers N``: fork N worker processes that each serve, restart any that dies, drain them on SIGTERM.
+
+The parent binds the HTTP socket before forking so every worker accepts on it (the kernel spreads
+connections); each worker binds the gRPC port itself with SO_REUSEPORT, since grpc.aio cannot adopt a
+socket. The parent never starts an event loop, thread or gRPC object, so nothing half-made is forked.
+Models are built by the user's script before ``start``, so each worker gets a copy-on-write copy;
+per-process resources (threads, connection pools, devices) belong in ``Model.start()``, which each
+worker calls after the fork.
+"""
+import os
+import signal
+import time
+from typing import Callable, Dict
+
+from . import metrics
+from .logging import logger
+
+_QUICK_EXIT_S = 2.0  # a worker that dies sooner than this after starting is failing at start-up
+_MAX_QUICK_EXITS = 5
+
+
+class Supervisor:
+    """Runs ``serve`` in ``count`` forked workers until SIGTERM/SIGINT, then waits for them to drain."""
+
+    def __init__(self, count: int, serve: Callable[[], None], grace_period: float):
+        self.count = count
+        self.serve = serve
+        self.grace_period = grace_period
+        self.children: Dict[int, float] = {}  # pid -> start time
+        self.stopping = False
+        self.quick_exits = 0
+
+    def run(self) -> None:
+        """Fork the workers and supervise them; returns when all have exited after a stop."""
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            signal.signal(sig, self._on_signal)
+        for _ in range(self.count):
+            self._spawn()
+        logger.info("Started %d workers: %s", self.count, sorted(self.children))
+        deadline = None
+        while self.children:
+            if self.stopping and deadline is None:
+                deadline = time.monotonic() + self.grace_period + 10
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG if deadline else 0)
+            except ChildProcessError:
+                break
+            if pid == 0:  # stopping: poll until the workers are gone or the deadline passes
+                if time.monotonic() > deadline:
+                    self._signal_all(signal.SIGKILL)
+                time.sleep(0.05)
+                continue
+            self._reap(pid, status)
+
+    def _spawn(self) -> None:
+        pid = os.fork()
+        if pid == 0:  # the worker
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+                signal.signal(sig, signal.SIG_DFL)
+            code = 0
+            try:
+                self.serve()
+            except BaseException as e:  # a worker must never return into the parent's loop
+                logger.exception("worker %d failed: %s", os.getpid(), e)
+                code = 1
+            finally:
+                os._exit(code)
+        self.children[pid] = time.monotonic()
+
+    def _reap(self, pid: int, status: int) -> None:
+        started = self.children.pop(pid, None)
+        if started is None:
+            return
+        metrics.worker_exited(pid)
+        if self.stopping:
+            return
+        logger.error("worker %d exited (%s); starting a new one", pid, _describe(status))
+        if time.monotonic() - started < _QUICK_EXIT_S:
+            self.quick_exits += 1
+            if self.quick_exits >= _MAX_QUICK_EXITS:
+                logger.error("workers keep failing at start-up; stopping")
+                self.stopping = True
+                self._signal_all(signal.SIGTERM)
+                return
+            time.sleep(0.5 * self.quick_exits)
+        self._spawn()
+
+    def _on_signal(self, sig: int, frame) -> None:
+        if not self.stopping:
+            logger.info("Stopping %d workers (signal %d)", len(self.children), sig)
+        self.stopping = True
+        self._signal_all(signal.SIGTERM)
+
+    def _signal_all(self, sig: int) -> None:
+        for pid in list(self.children):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def _describe(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exit status {os.WEXITSTATUS(status)}"
