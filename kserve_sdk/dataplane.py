@@ -7,7 +7,9 @@ outputs) and latency logging are applied here once, for every protocol.
 import asyncio
 import inspect
 import logging
-from typing import Any, Dict, List, Optional, Tuple
+import time
+from contextlib import aclosing
+from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -32,6 +34,10 @@ SERVER_EXTENSIONS = ["model_repository_extension", "binary_tensor_data"]
 
 async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
+
+
+async def _single(value: Any) -> AsyncIterator[Any]:
+    yield value
 
 
 class DataPlane:
@@ -179,6 +185,47 @@ class DataPlane:
         metrics.observe_stages(model_name, timings)
         if self.enable_latency_logging and trace_logger.isEnabledFor(logging.INFO):
             self._log_latency(headers, timings)
+
+    async def stream(self, model_name: str, request: Any, headers: Dict[str, str],
+                     response_headers: Optional[Dict[str, str]] = None, protocol: str = "") -> AsyncIterator[Any]:
+        """One request in, the model's responses out (many when ``predict`` is an async generator).
+
+        Errors before the first response are raised from the first ``__anext__``; the model's generator is
+        closed at once when the caller stops iterating (a client that went away).
+        """
+        model = await self.ready_model(model_name)
+        response_headers = {} if response_headers is None else response_headers
+        timings: Dict[str, float] = {}
+        items = model.stream(request, headers, response_headers, timings) if isinstance(model, Model) else None
+        async for item in self._count_stream(model_name, items, headers, protocol, timings, model, request):
+            yield self._as_v2_response(model_name, request, item) if isinstance(request, InferRequest) else item
+
+    async def stream_in(self, model_name: str, requests: AsyncIterator[Any], headers: Dict[str, str],
+                        protocol: str = "") -> AsyncIterator[Any]:
+        """A stream of requests in, through the model's ``predict_stream``, responses out."""
+        model = await self.ready_model(model_name)
+        async for item in self._count_stream(model_name, model.stream_in(requests, headers), headers, protocol, {}):
+            yield item
+
+    async def _count_stream(self, model_name: str, items: Optional[AsyncIterator[Any]], headers: Dict[str, str],
+                            protocol: str, timings: Dict[str, float], model: Any = None,
+                            request: Any = None) -> AsyncIterator[Any]:
+        self.begin_request()
+        start, first, count = time.perf_counter(), None, 0
+        try:
+            if items is None:  # a model that is not a Model subclass answers once
+                items = _single((await _maybe_await(model(request, headers=headers)))[0])
+            async with aclosing(items) as responses:
+                async for item in responses:
+                    if first is None:
+                        first = time.perf_counter() - start
+                    count += 1
+                    yield item
+        finally:
+            self.end_request()
+            metrics.stream_finished(model_name, protocol, count, first)
+            timings.setdefault("predict_ms", (time.perf_counter() - start) * 1000)
+            self._record(model_name, headers, timings)
 
     @staticmethod
     def _as_v2_response(model_name: str, request: InferRequest, response: Any) -> Any:

@@ -9,8 +9,9 @@ import functools
 import inspect
 import time
 from abc import ABC, abstractmethod
+from contextlib import aclosing
 from enum import Enum
-from typing import Any, Awaitable, Dict, List, Optional, Tuple, Union
+from typing import Any, AsyncIterator, Awaitable, Dict, List, Optional, Tuple, Union
 
 from . import context
 from .constants.constants import PredictorProtocol
@@ -149,13 +150,14 @@ class Model(InferenceModel):
         response_headers: Dict[str, str] = {}
         extra = (response_headers,) if self.return_response_headers else ()
         timings: Dict[str, float] = {}
-        cls = type(self)
 
         start = time.perf_counter()
-        payload = body if cls.preprocess is Model.preprocess else await call_stage(self.preprocess, body, headers)
-        payload = self.validate(payload)
+        payload = await self._preprocess(body, headers)
         mid = time.perf_counter()
         timings["preprocess_ms"] = (mid - start) * 1000
+        if verb is InferenceVerb.PREDICT and self.streams_responses():
+            raise InvalidInput(f"model '{self.name}' streams its responses: call /v2/models/{self.name}/infer_stream "
+                               "or generate_stream (REST), or ModelStreamInfer (gRPC)")
         if verb is InferenceVerb.EXPLAIN:
             result = await call_stage(self.explain, payload, headers)
             stage = "explain_ms"
@@ -164,10 +166,68 @@ class Model(InferenceModel):
             stage = "predict_ms"
         end = time.perf_counter()
         timings[stage] = (end - mid) * 1000
-        if cls.postprocess is not Model.postprocess:
-            result = await call_stage(self.postprocess, result, headers, *extra)
+        result = await self._postprocess(result, headers, extra)
         timings["postprocess_ms"] = (time.perf_counter() - end) * 1000
         return result, response_headers, timings
+
+    async def _preprocess(self, body: Any, headers: Dict[str, str]) -> Any:
+        if type(self).preprocess is not Model.preprocess:
+            body = await call_stage(self.preprocess, body, headers)
+        return self.validate(body)
+
+    async def _postprocess(self, result: Any, headers: Dict[str, str], extra: tuple) -> Any:
+        if type(self).postprocess is Model.postprocess:
+            return result
+        return await call_stage(self.postprocess, result, headers, *extra)
+
+    # --- streaming ----------------------------------------------------------------------------------
+    def streams_responses(self) -> bool:
+        """Whether ``predict`` is an async generator (one request in, many responses out)."""
+        return inspect.isasyncgenfunction(self.predict)
+
+    def streams_requests(self) -> bool:
+        """Whether the model overrides ``predict_stream`` (it consumes a stream of requests)."""
+        return type(self).predict_stream is not Model.predict_stream
+
+    async def predict_stream(self, payloads: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """Answer a stream of (preprocessed) requests with a stream of responses.
+
+        Override it to consume the whole stream (MLServer's signature). By default every request is
+        answered in order by ``predict``: once, or once per item when ``predict`` is an async generator.
+        """
+        async for payload in payloads:
+            async for item in self._predict_items(payload, {}, ()):
+                yield item
+
+    async def _predict_items(self, payload: Any, headers: Dict[str, str], extra: tuple) -> AsyncIterator[Any]:
+        if self.streams_responses():
+            async with aclosing(self.predict(payload, headers, *extra)) as items:
+                async for item in items:
+                    yield item
+        else:
+            yield await call_stage(self.predict, payload, headers, *extra)
+
+    async def stream(self, body: Any, headers: Dict[str, str], response_headers: Dict[str, str],
+                     timings: Dict[str, float]) -> AsyncIterator[Any]:
+        """One request in, postprocessed responses out; stage durations are added to ``timings``."""
+        extra = (response_headers,) if self.return_response_headers else ()
+        start = time.perf_counter()
+        payload = await self._preprocess(body, headers)
+        timings["preprocess_ms"] = (time.perf_counter() - start) * 1000
+        async with aclosing(self._predict_items(payload, headers, extra)) as items:
+            async for item in items:
+                yield await self._postprocess(item, headers, extra)
+        timings["predict_ms"] = (time.perf_counter() - start) * 1000 - timings["preprocess_ms"]
+
+    async def stream_in(self, bodies: AsyncIterator[Any], headers: Dict[str, str]) -> AsyncIterator[Any]:
+        """A stream of requests in, through ``predict_stream``; each is preprocessed, each answer postprocessed."""
+        async def preprocessed():
+            async for body in bodies:
+                yield await self._preprocess(body, headers)
+
+        async with aclosing(self.predict_stream(preprocessed())) as items:
+            async for item in items:
+                yield await self._postprocess(item, headers, ())
 
     def validate(self, payload: Any) -> Any:
         """Reject payloads whose ``instances`` (v1) or ``inputs`` (v2) is not a list."""

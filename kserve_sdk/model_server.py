@@ -80,6 +80,8 @@ _flag("grpc_max_send_message_length", default=MAX_GRPC_MESSAGE_LENGTH, type=int,
       help="The max message length for gRPC send message.")
 _flag("grpc_max_receive_message_length", default=MAX_GRPC_MESSAGE_LENGTH, type=int,
       help="The max message length for gRPC receive message.")
+_flag("enable_gzip", default=True, type=strtobool,
+      help="gzip responses (streams too, flushed per event) for clients that accept it.")
 _flag("grace_period", default=30, type=int,
       help="Seconds a stopping server waits for requests in flight before it exits.")
 _flag("max_body_size", default=DEFAULT_MAX_BODY_SIZE, type=int, help="The largest REST request body, in bytes.")
@@ -228,7 +230,7 @@ class ModelServer:
             ssl_options = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             ssl_options.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
         app = make_app(self.dataplane, access_log_format=self.access_log_format,
-                       enable_docs_url=self.enable_docs_url)
+                       enable_docs_url=self.enable_docs_url, enable_gzip=args.enable_gzip)
         server = HTTPServer(app, ssl_options=ssl_options, max_body_size=self.max_body_size,
                             idle_connection_timeout=self.timeout_keep_alive, decompress_request=True)
         if sockets is None:

@@ -69,6 +69,14 @@ def to_infer_response_message(response: Any):
     raise InferenceError(f"the model returned {type(response).__name__}, which gRPC cannot carry")
 
 
+def _tagged(message, request):
+    """A response carrying its request's id, model name and version unless the model set its own."""
+    message.id = message.id or request.id
+    message.model_name = message.model_name or request.model_name
+    message.model_version = message.model_version or request.model_version
+    return message
+
+
 class InferenceServicer(GRPCInferenceServiceServicer):
     """Adapts the v2 gRPC service to the data plane."""
 
@@ -120,15 +128,55 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         return await self._infer(request, context)
 
     async def ModelStreamInfer(self, request_iterator, context):
-        """Answer each request of the stream in order; a failed one gets ``error_message`` and the stream goes on."""
-        async for request in request_iterator:
-            try:
-                message = await self._infer(request, context)
-                yield pb.ModelStreamInferResponse(infer_response=message)
-            except Exception as e:
-                if _status(e) is grpc.StatusCode.INTERNAL:
-                    logger.error("gRPC ModelStreamInfer failed: %s", e, exc_info=e)
-                yield pb.ModelStreamInferResponse(error_message=_message(e))
+        """Answer each request of the call in order, all of a streaming model's responses tagged with the
+        request's id; a failed request gets ``error_message`` and the stream goes on. A model that
+        consumes streams (``predict_stream``) receives the call's requests as one iterator."""
+        headers = request_headers(context)
+        self.dataplane.request_id(headers)
+        requests = request_iterator.__aiter__()
+        try:
+            first = await requests.__anext__()
+        except StopAsyncIteration:
+            return
+        model = self.dataplane.model_registry.get_model(first.model_name)
+        if model is not None and getattr(model, "streams_requests", bool)():
+            async for message in self._stream_in(first, requests, headers):
+                yield message
+            return
+        pending = first
+        while pending is not None:
+            async for message in self._stream_one(pending, dict(headers)):
+                yield message
+            pending = await anext(requests, None)
+
+    async def _stream_one(self, request, headers: Dict[str, str]):
+        start, code = time.perf_counter(), grpc.StatusCode.OK
+        try:
+            items = self.dataplane.stream(request.model_name, infer_request_from_grpc(request), headers,
+                                          protocol="grpc")
+            async for item in items:
+                yield pb.ModelStreamInferResponse(infer_response=_tagged(to_infer_response_message(item), request))
+        except Exception as e:
+            code = _status(e)
+            if code is grpc.StatusCode.INTERNAL:
+                logger.error("gRPC ModelStreamInfer failed: %s", e, exc_info=e)
+            yield pb.ModelStreamInferResponse(error_message=_message(e),
+                                              infer_response=_tagged(pb.ModelInferResponse(), request))
+        finally:
+            metrics.request_finished(self.dataplane.model_label(request.model_name), "grpc", "ModelStreamInfer",
+                                     code.name, time.perf_counter() - start, started=False)
+
+    async def _stream_in(self, first, requests, headers: Dict[str, str]):
+        async def decoded():
+            yield infer_request_from_grpc(first)
+            async for request in requests:
+                yield infer_request_from_grpc(request)
+
+        try:
+            async for item in self.dataplane.stream_in(first.model_name, decoded(), headers, protocol="grpc"):
+                yield pb.ModelStreamInferResponse(infer_response=_tagged(to_infer_response_message(item), first))
+        except Exception as e:
+            yield pb.ModelStreamInferResponse(error_message=_message(e))
 
     @answers_errors
     async def RepositoryIndex(self, request, context):

@@ -7,8 +7,7 @@ from tornado.web import Application, RequestHandler
 from .. import metrics
 from ..dataplane import DataPlane
 from ..logging import ACCESS_LOGGER_NAME
-from . import v1, v2
-from . import docs
+from . import docs, streaming, v1, v2
 from .base import LiveHandler, MetricsHandler, NotFoundHandler
 
 access_logger = logging.getLogger(ACCESS_LOGGER_NAME)
@@ -53,6 +52,7 @@ _VERSION = r"(?:/versions/([^/]+))?"
 
 
 def make_app(dataplane: DataPlane, access_log_format: Optional[str] = None, enable_docs_url: bool = False,
+             enable_gzip: bool = True,
              **settings: Any) -> Application:
     """A Tornado application serving KServe v1 and Open Inference Protocol v2 REST."""
     ctx: Dict[str, Any] = {"dataplane": dataplane}
@@ -68,6 +68,9 @@ def make_app(dataplane: DataPlane, access_log_format: Optional[str] = None, enab
         (r"/v2/health/ready", v2.ServerReadyHandler),
         (r"/v2/models", v2.ListModelsHandler),
         (rf"/v2/models/{_MODEL}{_VERSION}/infer", v2.InferHandler),
+        (rf"/v2/models/{_MODEL}{_VERSION}/infer_stream", streaming.InferStreamHandler),
+        (rf"/v2/models/{_MODEL}{_VERSION}/generate", streaming.GenerateHandler),
+        (rf"/v2/models/{_MODEL}{_VERSION}/generate_stream", streaming.GenerateStreamHandler),
         (rf"/v2/models/{_MODEL}{_VERSION}/ready", v2.ModelReadyHandler),
         (rf"/v2/models/{_MODEL}{_VERSION}", v2.ModelMetadataHandler),
         (rf"/v2/repository/models/{_MODEL}/(load|unload)", v2.RepositoryHandler),
@@ -78,7 +81,7 @@ def make_app(dataplane: DataPlane, access_log_format: Optional[str] = None, enab
         [(path, handler, ctx) for path, handler in routes],
         default_handler_class=NotFoundHandler,
         default_handler_args=ctx,
-        compress_response=False,
+        compress_response=enable_gzip,
         log_function=request_logger(dataplane, access_log_format),
         **settings,
     )

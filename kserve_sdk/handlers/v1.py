@@ -5,6 +5,7 @@ from ..errors import InvalidInput, ModelNotReady
 from ..protocol.infer_type import InferResponse
 from ..protocol.rest_codec import dumps, encode_infer_response, loads_json
 from .base import JSON, BaseHandler
+from .streaming import V1StreamingPredict
 from .cloudevents import decode_cloudevent
 
 
@@ -40,20 +41,23 @@ class ModelReadyHandler(BaseHandler):
         self.send_json({"name": name, "ready": True})
 
 
-class PredictHandler(BaseHandler):
-    """``POST /v1/models/<m>:predict`` (and ``:explain`` through ``verb``)."""
+class PredictHandler(V1StreamingPredict):
+    """``POST /v1/models/<m>:predict`` (and ``:explain`` through ``verb``); a model whose predict yields
+    answers with a chunked stream."""
 
     protocol, endpoint = "rest_v1", "predict"
 
     verb = "predict"
 
     async def post(self, name: str) -> None:
-        await self.dataplane.ready_model(name)
+        model = await self.dataplane.ready_model(name)
         body = self.request.body
         if not body:
             raise InvalidInput("the request body is empty")
         event = decode_cloudevent(body, self.request.headers)
         request = loads_json(body) if event is None else event[0]
+        if self.verb == "predict" and event is None and getattr(model, "streams_responses", bool)():
+            return await self.stream_v1(name, request)
         call = self.dataplane.infer if self.verb == "predict" else self.dataplane.explain
         response, response_headers = await call(name, request, self.request_headers())
         if event is not None:

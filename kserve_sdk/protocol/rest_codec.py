@@ -208,13 +208,17 @@ def _encode_tensors(pairs, doc: Dict, key: str) -> Tuple[bytes, Optional[int]]:
     return header, None
 
 
-def encode_infer_response(response: InferResponse) -> Tuple[bytes, Optional[int]]:
-    """Encode a response as v2 REST bytes; ``json_length`` is None unless some output is binary."""
+def encode_infer_response(response: InferResponse, json_only: bool = False) -> Tuple[bytes, Optional[int]]:
+    """Encode a response as v2 REST bytes; ``json_length`` is None unless some output is binary.
+    ``json_only`` writes every output as JSON (Server-Sent Events carry no binary part)."""
     doc: Dict[str, Any] = {"id": response.id, "model_name": response.model_name,
                            "model_version": response.model_version}
     if response.parameters:
         doc["parameters"] = response.parameters
-    return _encode_tensors(response.selected_outputs(), doc, "outputs")
+    pairs = response.selected_outputs()
+    if json_only:
+        pairs = [(tensor, False) for tensor, _ in pairs]
+    return _encode_tensors(pairs, doc, "outputs")
 
 
 def encode_infer_request(request: InferRequest) -> Tuple[bytes, Optional[int]]:

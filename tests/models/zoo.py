@@ -174,6 +174,27 @@ class NeverReady(kserve.Model):
 ZOO = {"echo": Echo, "pipeline": Pipeline, "headers": Headers, "failing": Failing, "slow": Slow,
        "explained": Explained, "raw": Raw, "toggle": Toggle, "never": NeverReady}
 
+
+class Received(kserve.Model):
+    """Reports what its payload was: the type name, and the value (JSON), inputs (v2) or length (bytes).
+
+    Not in the default set; serve it with ZOO_MODELS=...,received (tests/test_cloudevents.py does).
+    """
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.ready = True
+
+    def predict(self, payload, headers=None):
+        if isinstance(payload, (bytes, bytearray)):
+            return {"type": type(payload).__name__, "length": len(payload)}
+        if isinstance(payload, InferRequest):
+            return {"type": "InferRequest", "inputs": [t.name for t in payload.inputs]}
+        return {"type": type(payload).__name__, "value": payload}
+
+
+ZOO["received"] = Received
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(parents=[model_server.parser])
     args, _ = parser.parse_known_args()

@@ -1,0 +1,139 @@
+"""Streaming REST: ``infer_stream`` and ``generate_stream`` as Server-Sent Events, ``generate``, and v1
+``:predict`` of a model whose predict yields (a chunked body, one JSON line per response).
+
+An error before the first response is an ordinary HTTP error; after it, a final event
+``data: {"error": "..."}`` ends the stream cleanly. A client that goes away cancels the model's generator.
+"""
+import asyncio
+from typing import Any, AsyncIterator, Callable, Dict, Optional
+
+from tornado.iostream import StreamClosedError
+
+from ..errors import status_of
+from ..protocol.generate import is_tensor_request, merge_generate, to_generate_json
+from ..protocol.infer_type import InferResponse
+from ..protocol.rest_codec import dumps, encode_infer_response, infer_request_from_dict, loads_json
+from .base import BaseHandler
+
+_EMPTY = object()
+
+
+def sse_event(payload: bytes) -> bytes:
+    """One Server-Sent Event carrying a JSON document."""
+    return b"data: " + payload + b"\n\n"
+
+
+def json_line(payload: bytes) -> bytes:
+    """One line of newline-delimited JSON."""
+    return payload + b"\n"
+
+
+class StreamingHandler(BaseHandler):
+    """Writes an async iterator of responses as they come, flushing each one."""
+
+    _stream_task: Optional[asyncio.Task] = None
+
+    def on_connection_close(self) -> None:
+        if self._stream_task is not None and not self._stream_task.done():
+            self._stream_task.cancel()
+
+    async def send_stream(self, items: AsyncIterator[Any], encode: Callable[[Any], bytes], frame: Callable,
+                          content_type: str, response_headers: Dict[str, str]) -> None:
+        """Send ``items``: errors before the first become HTTP errors, later ones a final error frame."""
+        self._stream_task = asyncio.current_task()
+        try:
+            try:
+                first = await items.__anext__()
+            except StopAsyncIteration:
+                first = _EMPTY
+            self.set_header("Content-Type", content_type)
+            self.set_header("Cache-Control", "no-cache")
+            for name, value in response_headers.items():
+                self.set_header(name, value)
+            if first is not _EMPTY:
+                await self._send(frame(encode(first)))
+                try:
+                    async for item in items:
+                        await self._send(frame(encode(item)))
+                except (asyncio.CancelledError, StreamClosedError):
+                    raise
+                except Exception as e:  # mid-stream: the client has a 200 already, so the error is an event
+                    self.log_exception(type(e), e, e.__traceback__)
+                    await self._send(frame(dumps({"error": status_of(e)[1]})))
+            self.finish()
+        except (asyncio.CancelledError, StreamClosedError):
+            self._stream_task = None  # the client went away: nothing more to send
+        finally:
+            await items.aclose()
+
+    async def _send(self, chunk: bytes) -> None:
+        self.write(chunk)
+        await self.flush()
+
+
+class InferStreamHandler(StreamingHandler):
+    """``POST /v2/models/<m>[/versions/<v>]/infer_stream`` and ``/generate_stream``: one event per response."""
+
+    endpoint = "infer_stream"
+
+    async def post(self, name: str, version: Optional[str] = None) -> None:
+        await self.dataplane.ready_model(name)
+        doc = loads_json(self.request.body)
+        tensor_form = is_tensor_request(doc)
+        request = infer_request_from_dict(doc, name, b"", None) if tensor_form else doc
+        if tensor_form:
+            request.model_version = version
+        elif self.endpoint == "infer_stream":
+            request = infer_request_from_dict(doc, name, b"", None)  # raises: infer_stream takes tensors only
+        response_headers: Dict[str, str] = {}
+        items = self.dataplane.stream(name, request, self.request_headers(), response_headers, "rest_v2")
+
+        def encode(item: Any) -> bytes:
+            if tensor_form and isinstance(item, InferResponse):
+                return encode_infer_response(item, json_only=True)[0]
+            return dumps(item if tensor_form else to_generate_json(item, name, version))
+
+        await self.send_stream(items, encode, sse_event, "text/event-stream", response_headers)
+
+
+class GenerateStreamHandler(InferStreamHandler):
+    """``POST /v2/models/<m>[/versions/<v>]/generate_stream``: tensor or generate-form requests."""
+
+    endpoint = "generate_stream"
+
+
+class GenerateHandler(BaseHandler):
+    """``POST /v2/models/<m>[/versions/<v>]/generate``: one response; a streaming model's responses merged."""
+
+    endpoint = "generate"
+
+    async def post(self, name: str, version: Optional[str] = None) -> None:
+        await self.dataplane.ready_model(name)
+        doc = loads_json(self.request.body)
+        tensor_form = is_tensor_request(doc)
+        request = infer_request_from_dict(doc, name, b"", None) if tensor_form else doc
+        response_headers: Dict[str, str] = {}
+        items = [item async for item in self.dataplane.stream(name, request, self.request_headers(),
+                                                              response_headers, "rest_v2")]
+        if tensor_form and len(items) == 1 and isinstance(items[0], InferResponse):
+            body = encode_infer_response(items[0], json_only=True)[0]
+        else:
+            body = dumps(merge_generate([to_generate_json(item, name, version) for item in items]))
+        self.send_body(body, headers=response_headers)
+
+
+class V1StreamingPredict(StreamingHandler):
+    """v1 ``:predict`` on a model whose predict yields: a chunked body, one JSON line (or raw chunk) each."""
+
+    protocol, endpoint = "rest_v1", "predict"
+
+    async def stream_v1(self, name: str, request: Any) -> None:
+        response_headers: Dict[str, str] = {}
+        items = self.dataplane.stream(name, request, self.request_headers(), response_headers, "rest_v1")
+
+        def encode(item: Any) -> bytes:
+            if isinstance(item, (bytes, bytearray)):
+                return bytes(item)
+            return item.encode("utf-8") if isinstance(item, str) else dumps(item) + b"\n"
+
+        await self.send_stream(items, encode, lambda chunk: chunk, "application/x-ndjson", response_headers)
