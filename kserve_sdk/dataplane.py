@@ -204,8 +204,16 @@ class DataPlane:
                         protocol: str = "") -> AsyncIterator[Any]:
         """A stream of requests in, through the model's ``predict_stream``, responses out."""
         model = await self.ready_model(model_name)
-        async for item in self._count_stream(model_name, model.stream_in(requests, headers), headers, protocol, {}):
-            yield item
+        seen: List[Any] = [None]
+
+        async def remembered():  # answers take their output choices from the latest request consumed
+            async for request in requests:
+                seen[0] = request
+                yield request
+
+        items = model.stream_in(remembered(), headers)
+        async for item in self._count_stream(model_name, items, headers, protocol, {}):
+            yield self._as_v2_response(model_name, seen[0], item) if isinstance(seen[0], InferRequest) else item
 
     async def _count_stream(self, model_name: str, items: Optional[AsyncIterator[Any]], headers: Dict[str, str],
                             protocol: str, timings: Dict[str, float], model: Any = None,

@@ -1,0 +1,252 @@
+"""Inference streaming over SSE and gRPC, with real clients, on one worker and on two."""
+import json
+import os
+import queue
+import socket
+import time
+import zlib
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as tgrpc
+from httpx_sse import connect_sse
+
+PROMPT = "the quick brown fox jumps over the lazy dog"
+
+
+@pytest.fixture(scope="module", params=["workers1", "workers2"])
+def server(request, start_server, tmp_path_factory):
+    markers = tmp_path_factory.mktemp("markers")
+    workers = "2" if request.param == "workers2" else "1"
+    srv = start_server("tests/models/streaming.py", "--workers", workers, env={"STREAM_MARKERS": str(markers)})
+    srv.markers = markers
+    return srv
+
+
+def sse_events(server, path, body, headers=None):
+    """(arrival time, parsed data) of each event, read with httpx + httpx-sse as they come."""
+    events = []
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        with connect_sse(client, "POST", path, json=body, headers=headers or {}) as source:
+            assert source.response.status_code == 200
+            assert source.response.headers["content-type"].startswith("text/event-stream")
+            assert source.response.headers["cache-control"] == "no-cache"
+            for event in source.iter_sse():
+                events.append((time.monotonic(), json.loads(event.data)))
+    return events
+
+
+def tensor_request(text, **params):
+    return {"id": "req-7", "inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": [text]}],
+            "parameters": params}
+
+
+@pytest.mark.parametrize("form", ["generate", "tensor"])
+def test_generate_stream_token_by_token(server, form):
+    body = ({"text_input": PROMPT, "parameters": {"gap_ms": 300}} if form == "generate"
+            else tensor_request(PROMPT, gap_ms=300))
+    events = sse_events(server, "/v2/models/tokens/generate_stream", body)
+    assert len(events) == 9
+    if form == "generate":
+        texts = [data["text_output"] for _, data in events]
+        assert all(data["model_name"] == "tokens" for _, data in events)
+    else:  # a tensor request gets v2 inference responses, as from /infer_stream (MLServer's shape)
+        outputs = [{o["name"]: o["data"] for o in data["outputs"]} for _, data in events]
+        texts = [o["text_output"][0] for o in outputs]
+        assert [o["index"] for o in outputs] == [[i] for i in range(9)]
+        assert {data["id"] for _, data in events} == {"req-7"}
+    assert "".join(texts) == PROMPT
+    # The model waits 300 ms after its first token: the first event was flushed before that, not batched.
+    assert events[1][0] - events[0][0] >= 0.25
+
+
+def test_infer_stream_sends_v2_responses(server):
+    events = sse_events(server, "/v2/models/tokens/infer_stream", tensor_request("a b c"))
+    assert [data["id"] for _, data in events] == ["req-7"] * 3
+    outputs = [{o["name"]: o["data"] for o in data["outputs"]} for _, data in events]
+    assert [o["text_output"] for o in outputs] == [["a"], [" b"], [" c"]]
+    assert [o["index"] for o in outputs] == [[0], [1], [2]]
+
+
+def test_generate_returns_whole_text(server):
+    for body in ({"text_input": PROMPT}, tensor_request(PROMPT)):
+        response = httpx.post(f"{server.url}/v2/models/tokens/generate", json=body, timeout=30)
+        assert response.status_code == 200
+        doc = response.json()
+        assert doc["text_output"] == PROMPT and doc["index"] == 8 and doc["model_name"] == "tokens"
+
+
+def test_unary_model_over_streaming_endpoints(server):
+    events = sse_events(server, "/v2/models/unary/generate_stream", {"text_input": "shout"})
+    assert [data["text_output"] for _, data in events] == ["SHOUT"]
+    doc = httpx.post(f"{server.url}/v2/models/unary/generate", json={"text_input": "shout"}).json()
+    assert doc["text_output"] == "SHOUT"
+
+
+def _raw_post(port, path, body: bytes, extra=b""):
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                     b"Connection: close\r\n%s\r\n%s" % (path.encode(), len(body), extra, body))
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return head.decode(), rest
+
+
+def _dechunk(raw: bytes):
+    chunks = []
+    while True:
+        size_line, _, raw = raw.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            assert raw == b"\r\n", raw  # the terminating chunk, nothing after it
+            return chunks
+        chunks.append(raw[:size])
+        assert raw[size:size + 2] == b"\r\n"
+        raw = raw[size + 2:]
+
+
+def test_exact_sse_framing_and_terminating_chunk(server):
+    head, body = _raw_post(server.http_port, "/v2/models/tokens/generate_stream", b'{"text_input": "x y"}')
+    assert head.startswith("HTTP/1.1 200")
+    assert "Transfer-Encoding: chunked" in head and "Content-Type: text/event-stream" in head
+    chunks = _dechunk(body)
+    assert b"".join(chunks) == (b'data: {"model_name":"tokens","model_version":null,"text_output":"x","index":0}\n\n'
+                                b'data: {"model_name":"tokens","model_version":null,"text_output":" y","index":1}\n\n')
+
+
+def test_mid_stream_error_is_a_final_event(server):
+    head, body = _raw_post(server.http_port, "/v2/models/broken/generate_stream", b'{"text_input": "x"}')
+    assert head.startswith("HTTP/1.1 200")
+    events = [json.loads(line[len(b"data: "):]) for line in b"".join(_dechunk(body)).split(b"\n\n") if line]
+    assert [e.get("text_output") for e in events[:2]] == ["one", " two"]
+    assert events[2] == {"error": "RuntimeError : the model broke mid-stream"}
+    assert len(events) == 3
+    assert httpx.post(f"{server.url}/v2/models/tokens/generate", json={"text_input": "still here"}).status_code == 200
+
+
+@pytest.mark.parametrize("path,body,status,message", [
+    ("/v2/models/nope/generate_stream", {"text_input": "x"}, 404, "Model with name nope does not exist."),
+    ("/v2/models/tokens/infer_stream", {"text_input": "x"}, 400, "has no 'inputs'"),
+    ("/v2/models/tokens/infer", tensor_request("x"), 400, "use /v2/models/tokens/infer_stream"),
+])
+def test_errors_before_the_first_event_are_http_errors(server, path, body, status, message):
+    response = httpx.post(f"{server.url}{path}", json=body)
+    assert response.status_code == status
+    assert message.replace("use ", "call ") in response.json()["error"] or message in response.json()["error"]
+
+
+def test_malformed_body_is_400(server):
+    response = httpx.post(f"{server.url}/v2/models/tokens/generate_stream", content=b"{nope")
+    assert response.status_code == 400 and "Unrecognized request format" in response.json()["error"]
+
+
+def test_gzip_stream_is_flushed_per_event(server):
+    with httpx.Client(timeout=30) as client:
+        with client.stream("POST", f"{server.url}/v2/models/tokens/generate_stream",
+                           json={"text_input": "alpha beta gamma", "parameters": {"gap_ms": 400}},
+                           headers={"Accept-Encoding": "gzip"}) as response:
+            assert response.headers["content-encoding"] == "gzip"
+            inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            text, first_at = b"", None
+            for raw in response.iter_raw():
+                text += inflate.decompress(raw)
+                if first_at is None and b"alpha" in text:
+                    first_at = time.monotonic()
+            done_at = time.monotonic()
+    assert text.count(b"data: ") == 3 and b"gamma" in text
+    assert done_at - first_at >= 0.35  # the first event was readable before the model's 400 ms gap ended
+
+
+def test_response_headers_set_before_first_yield(server):
+    response = httpx.post(f"{server.url}/v2/models/headered/generate_stream", json={"text_input": "x"})
+    assert response.headers["x-stream-started"] == "yes"
+    assert response.text.count("data: ") == 2
+
+
+def test_v1_predict_of_a_streaming_model_is_chunked(server):
+    head, body = _raw_post(server.http_port, "/v1/models/tokens:predict", b'{"text_input": "one two three"}')
+    assert head.startswith("HTTP/1.1 200") and "Transfer-Encoding: chunked" in head
+    lines = [json.loads(line) for line in b"".join(_dechunk(body)).splitlines()]
+    assert [line["text_output"] for line in lines] == ["one", " two", " three"]
+
+
+def test_disconnect_cancels_the_generator(server):
+    before = set(os.listdir(server.markers))
+    body = {"text_input": " ".join(["w"] * 50), "parameters": {"delay_ms": 200}}
+    with httpx.Client(timeout=30) as client:
+        with client.stream("POST", f"{server.url}/v2/models/tokens/generate_stream", json=body) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    break
+        closed_at = time.time()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not (set(os.listdir(server.markers)) - before):
+        time.sleep(0.02)
+    new = set(os.listdir(server.markers)) - before
+    assert len(new) == 1
+    cancelled_at = float(open(os.path.join(server.markers, new.pop())).read())
+    assert cancelled_at - closed_at < 1.0
+
+
+def _grpc_text(text, request_id, model="tokens"):
+    tensor = tgrpc.InferInput("text", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([text.encode()], dtype=np.object_))
+    return dict(model_name=model, inputs=[tensor], request_id=request_id)
+
+
+def test_grpc_stream_many_responses_per_request(server):
+    results: "queue.Queue" = queue.Queue()
+    client = tgrpc.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    try:
+        client.async_stream_infer(**_grpc_text("a b c", "r1"))
+        client.async_stream_infer(**_grpc_text("x", "bad", model="nope"))
+        client.async_stream_infer(**_grpc_text("d e", "r2"))
+        client.async_stream_infer(**_grpc_text("f g h i", "r3"))
+        got, errors = {}, []
+        deadline = time.monotonic() + 20
+        while sum(len(v) for v in got.values()) < 9 and time.monotonic() < deadline:
+            result, error = results.get(timeout=20)
+            if error is not None:
+                errors.append(str(error))
+                continue
+            response = result.get_response()
+            got.setdefault(response.id, []).append(result.as_numpy("text_output")[0].decode())
+    finally:
+        client.stop_stream()
+        client.close()
+    assert got == {"r1": ["a", " b", " c"], "r2": ["d", " e"], "r3": ["f", " g", " h", " i"]}
+    assert len(errors) == 1 and "Model with name nope does not exist." in errors[0]
+
+
+def test_grpc_stream_in_model_sums_a_stream(server):
+    results: "queue.Queue" = queue.Queue()
+    client = tgrpc.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    for i, value in enumerate([1.5, 2.5, 3.0, 4.0]):
+        tensor = tgrpc.InferInput("x", [2], "FP64")
+        tensor.set_data_from_numpy(np.array([value, value]))
+        client.async_stream_infer("summer", [tensor], request_id=f"s{i}")
+    client.stop_stream()  # ends the request stream: the model sees the end and answers
+    result, error = results.get(timeout=20)
+    client.close()
+    assert error is None
+    assert result.as_numpy("sum").tolist() == [22.0]
+    assert result.get_response().id == "s3"
+
+
+def test_metrics_show_streams(server):
+    sse_events(server, "/v2/models/tokens/generate_stream", {"text_input": "m n"})
+    text = ""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and 'kserve_streams_total{model_name="tokens",protocol="grpc"}' not in text:
+        text = httpx.get(f"{server.url}/metrics").text
+        if 'protocol="grpc"' not in text:
+            test_grpc_stream_many_responses_per_request(server)
+    assert 'kserve_streams_total{model_name="tokens",protocol="rest_v2"}' in text
+    assert 'kserve_streams_total{model_name="tokens",protocol="grpc"}' in text
+    assert 'kserve_stream_first_response_seconds_count{model_name="tokens",protocol="rest_v2"}' in text
+    assert 'kserve_stream_responses_bucket' in text
