@@ -4,4 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS=test source hack/venv.sh
+# The /docs test renders the page in headless Chromium (Debian's package); install it where we can.
+if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium) >/dev/null
+fi
 exec .venv/bin/python -m pytest "$@"

@@ -8,6 +8,7 @@ from any other host, so it works without network access.
 import copy
 import json
 import os
+import sys
 import threading
 from typing import Any, Dict, List, Optional, Tuple, Type
 
@@ -16,9 +17,11 @@ from tornado.web import RequestHandler, StaticFileHandler
 from ..logging import logger
 from .base import JSON, BaseHandler
 
-#: Where the two OpenAPI documents live (``protocol/`` at the repository root).
-PROTOCOL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                            "protocol")
+#: Where the two OpenAPI documents live: ``protocol/`` of a checkout (or editable install), else the copy
+#: a wheel installs under ``<prefix>/share/kserve-sdk/protocol`` (setup.cfg's data_files).
+_CHECKOUT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "protocol")
+PROTOCOL_DIR = next((d for d in (_CHECKOUT_DIR, os.path.join(sys.prefix, "share", "kserve-sdk", "protocol"))
+                     if os.path.isfile(os.path.join(d, "rest_v2.yaml"))), _CHECKOUT_DIR)
 DOCUMENTS = ("rest_v1.yaml", "rest_v2.yaml")
 
 TITLE = "kserve_sdk REST API: KServe v1 and Open Inference Protocol v2"
