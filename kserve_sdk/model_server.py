@@ -89,6 +89,10 @@ _flag("ssl_certfile", default=os.environ.get(KSERVE_TLS_CERT_FILE_ENV), type=str
 _flag("ssl_keyfile", default=os.environ.get(KSERVE_TLS_KEY_FILE_ENV), type=str, help="The key of --ssl_certfile.")
 
 args, _ = parser.parse_known_args()
+if args.configure_logging and args.log_config_file:
+    # A named config applies before any model code runs (the user's script builds its models
+    # before it builds the server); the default config waits for ModelServer().
+    configure_logging(args.log_config_file)
 if args.protocol:
     args.predictor_protocol = args.protocol
 if args.model_dir is None:
@@ -126,8 +130,8 @@ class ModelServer:
         ssl_keyfile: Optional[str] = args.ssl_keyfile,
         max_body_size: int = args.max_body_size,
     ):
-        if args.configure_logging:
-            configure_logging(args.log_config_file)
+        if args.configure_logging and not args.log_config_file:
+            configure_logging(None)
         self.registered_models = registered_models if registered_models is not None else ModelRepository()
         if ssl_certfile and ssl_keyfile and http_port == DEFAULT_HTTP_PORT:
             http_port = DEFAULT_HTTPS_PORT

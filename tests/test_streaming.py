@@ -32,6 +32,8 @@ def sse_events(server, path, body, headers=None):
             assert source.response.status_code == 200
             assert source.response.headers["content-type"].startswith("text/event-stream")
             assert source.response.headers["cache-control"] == "no-cache"
+            # httpx asks for gzip by default: every SSE test here also runs compressed, flushed per event
+            assert source.response.headers["content-encoding"] == "gzip"
             for event in source.iter_sse():
                 events.append((time.monotonic(), json.loads(event.data)))
     return events

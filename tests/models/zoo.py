@@ -195,6 +195,26 @@ class Received(kserve.Model):
 
 ZOO["received"] = Received
 
+class Sleepy(kserve.Model):
+    """An async predict that sleeps as many seconds as its first instance says (a slow I/O-bound model)."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.ready = True
+
+    async def predict(self, payload, headers=None):
+        seconds = payload["instances"][0] if isinstance(payload, dict) else float(payload.inputs[0].as_numpy()[0])
+        await asyncio.sleep(seconds)
+        if isinstance(payload, dict):
+            return {"predictions": [os.getpid()]}
+        out = InferOutput("pid", [1], "INT64")
+        out.set_data_from_numpy(np.array([os.getpid()], dtype=np.int64))
+        return InferResponse(response_id=payload.id, model_name=self.name, infer_outputs=[out])
+
+
+ZOO["sleepy"] = Sleepy
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(parents=[model_server.parser])
     args, _ = parser.parse_known_args()

@@ -1,0 +1,206 @@
+"""Operations: metrics over every protocol and worker, logging configuration, access and latency logs,
+and a graceful shutdown that loses no request."""
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as tgrpc
+from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
+
+from rawhttp import post_json, request
+
+
+def scrape(server) -> dict:
+    """{(metric sample name, frozenset(labels)): value} of one /metrics answer."""
+    out = {}
+    for family in text_string_to_metric_families(httpx.get(f"{server.url}/metrics").text):
+        for sample in family.samples:
+            out[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return out
+
+
+def value(samples, name, **labels):
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def grpc_echo(server, n):
+    client = tgrpc.InferenceServerClient(server.grpc_url)
+    tensor = tgrpc.InferInput("INPUT0", [1], "FP32")
+    tensor.set_data_from_numpy(np.array([1.0], np.float32))
+    for _ in range(n):
+        client.infer("echo", [tensor])
+    client.close()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_metrics_count_rest_grpc_and_streams(start_server, workers):
+    server = start_server("tests/models/zoo.py", "--workers", workers, env={"ZOO_MODELS": "echo,failing"})
+    v2 = {"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP32", "data": [1.0]}]}
+    for _ in range(7):
+        assert post_json(server.http_port, "/v1/models/echo:predict", {"instances": [1]})[0] == 200
+    for _ in range(5):
+        assert post_json(server.http_port, "/v2/models/echo/infer", v2)[0] == 200
+    for _ in range(3):
+        assert post_json(server.http_port, "/v1/models/failing:predict", {"instances": ["invalid"]})[0] == 400
+    grpc_echo(server, 6)
+    for _ in range(4):
+        response = httpx.post(f"{server.url}/v2/models/echo/infer_stream", json=v2)
+        assert response.status_code == 200 and response.text.count("data: ") == 1
+    for _ in range(4):  # several scrapes: with two workers, each may answer; all must see the totals
+        samples = scrape(server)
+        assert value(samples, "kserve_requests_total", model_name="echo", protocol="rest_v1", endpoint="predict",
+                     status="200") == 7
+        assert value(samples, "kserve_requests_total", model_name="echo", protocol="rest_v2", endpoint="infer",
+                     status="200") == 5
+        assert value(samples, "kserve_requests_total", model_name="failing", protocol="rest_v1",
+                     endpoint="predict", status="400") == 3
+        assert value(samples, "kserve_requests_total", model_name="echo", protocol="grpc", endpoint="ModelInfer",
+                     status="OK") == 6
+        assert value(samples, "kserve_requests_total", model_name="echo", protocol="rest_v2",
+                     endpoint="infer_stream", status="200") == 4
+        assert value(samples, "kserve_streams_total", model_name="echo", protocol="rest_v2") == 4
+        assert value(samples, "kserve_request_duration_seconds_count", model_name="echo", protocol="grpc",
+                     endpoint="ModelInfer", status="OK") == 6
+        assert value(samples, "request_predict_seconds_count", model_name="echo") == 7 + 5 + 6 + 4
+        assert value(samples, "request_preprocess_seconds_count", model_name="echo") == 7 + 5 + 6 + 4
+        assert value(samples, "kserve_requests_in_flight", protocol="grpc") == 0
+        assert any(name == "process_resident_memory_bytes" for name, _ in samples)
+
+
+def test_metrics_content_negotiation(zoo):
+    plain = httpx.get(f"{zoo.url}/metrics")
+    assert plain.headers["content-type"].startswith("text/plain")
+    openmetrics = httpx.get(f"{zoo.url}/metrics", headers={"Accept": "application/openmetrics-text"})
+    assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")
+    assert openmetrics.text.rstrip().endswith("# EOF")
+
+
+LOG_CONFIGS = {
+    "json": json.dumps({"version": 1, "disable_existing_loggers": False,
+                        "formatters": {"f": {"format": "CFG-JSON %(name)s %(message)s"}},
+                        "handlers": {"h": {"class": "logging.StreamHandler", "formatter": "f"}},
+                        "loggers": {"kserve": {"handlers": ["h"], "level": "INFO", "propagate": False}}}),
+    "yaml": "version: 1\ndisable_existing_loggers: false\nformatters: {f: {format: 'CFG-YAML %(name)s %(message)s'}}\n"
+            "handlers: {h: {class: logging.StreamHandler, formatter: f}}\n"
+            "loggers: {kserve: {handlers: [h], level: INFO, propagate: false}}\n",
+    "ini": "[loggers]\nkeys=root,kserve\n[handlers]\nkeys=h\n[formatters]\nkeys=f\n"
+           "[logger_root]\nlevel=WARNING\nhandlers=h\n"
+           "[logger_kserve]\nlevel=INFO\nhandlers=h\nqualname=kserve\npropagate=0\n"
+           "[handler_h]\nclass=StreamHandler\nformatter=f\nargs=(sys.stderr,)\n"
+           "[formatter_f]\nformat=CFG-INI %(name)s %(message)s\n",
+}
+
+
+@pytest.mark.parametrize("kind", ["json", "yaml", "ini"])
+def test_log_config_file_changes_the_format(start_server, tmp_path, kind):
+    path = tmp_path / f"logging.{'conf' if kind == 'ini' else kind}"
+    path.write_text(LOG_CONFIGS[kind])
+    server = start_server("tests/models/zoo.py", "--log_config_file", str(path), env={"ZOO_MODELS": "echo"},
+                          grpc=False)
+    assert f"CFG-{kind.upper()} kserve Registering model: echo" in server.log()
+
+
+def test_configure_logging_false_leaves_the_root_config(start_server):
+    server = start_server("tests/models/rootlog.py", "--configure_logging", "false", grpc=False)
+    assert "ROOTCFG kserve model hello built" in server.log()
+    assert "ROOTCFG kserve Registering model: hello" in server.log()
+
+
+def test_access_and_latency_lines(start_server):
+    fmt = "ACCESS %(method)s %(path)s %(status)s %(request_id)s %(model)s %(bytes)s %(duration_ms).1f"
+    server = start_server("tests/models/zoo.py", "--access_log_format", fmt, env={"ZOO_MODELS": "echo"}, grpc=False)
+    status, headers, _ = post_json(server.http_port, "/v1/models/echo:predict", {"instances": [1]},
+                                   {"x-request-id": "trace-42"})
+    assert status == 200 and headers["x-request-id"] == "trace-42"
+    status, headers, _ = post_json(server.http_port, "/v1/models/echo:predict", {"instances": [1]})
+    generated = headers["x-request-id"]
+    assert len(generated) == 36
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and generated not in server.log():
+        time.sleep(0.05)
+    log = server.log()
+    assert "ACCESS POST /v1/models/echo:predict 200 trace-42 echo 19 " in log
+    assert f"requestId: trace-42, preprocess_ms: " in log
+    assert f"requestId: {generated}, preprocess_ms: " in log and "predict_ms: " in log and "postprocess_ms: " in log
+
+
+async def _sleepy_requests(port, count, seconds):
+    async def one():
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        body = json.dumps({"instances": [seconds]}).encode()
+        writer.write(b"POST /v1/models/sleepy:predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+                     b"Connection: close\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        data = await reader.read()
+        writer.close()
+        return data
+
+    return await asyncio.gather(*[one() for _ in range(count)])
+
+
+def _run_async_in_background(coro_fn, *args):
+    import threading
+
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(value=asyncio.run(coro_fn(*args))))
+    thread.start()
+    return thread, result
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_sigterm_drains_requests_in_flight(start_server, workers):
+    server = start_server("tests/models/zoo.py", "--workers", workers, "--grace_period", "10",
+                          env={"ZOO_MODELS": "sleepy,echo"})
+    thread, result = _run_async_in_background(_sleepy_requests, server.http_port, 50, 1.5)
+    time.sleep(0.6)  # every request is in the model, sleeping
+    signalled = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    # during the drain: not ready on a fresh connection, new inference refused (REST and gRPC)
+    status, _, body = request(server.http_port, "GET", "/v2/health/ready")
+    assert status == 503
+    status, _, body = post_json(server.http_port, "/v1/models/echo:predict", {"instances": [1]})
+    assert status == 503 and body == {"error": "Server is not ready. The server is shutting down."}
+    with pytest.raises(InferenceServerException) as err:
+        grpc_echo(server, 1)
+    assert err.value.status() == "StatusCode.UNAVAILABLE" and "shutting down" in err.value.message()
+    thread.join(timeout=30)
+    responses = result["value"]
+    assert len(responses) == 50
+    assert all(r.startswith(b"HTTP/1.1 200") and b'"predictions"' in r for r in responses)
+    assert server.wait_exit(timeout=15) == 0
+    assert time.monotonic() - signalled < 10
+
+
+def test_grace_period_bounds_the_drain(start_server):
+    server = start_server("tests/models/zoo.py", "--grace_period", "1", env={"ZOO_MODELS": "sleepy"}, grpc=False)
+    thread, result = _run_async_in_background(_sleepy_requests, server.http_port, 3, 30)
+    time.sleep(0.5)
+    signalled = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.wait_exit(timeout=15) == 0
+    assert time.monotonic() - signalled < 4
+    thread.join(timeout=10)
+    assert "requests still in flight after the 1s grace period" in server.log()
+
+
+def test_sigterm_lets_a_stream_finish(start_server):
+    server = start_server("tests/models/streaming.py", "--grace_period", "10")
+    body = {"text_input": " ".join(f"w{i}" for i in range(10)), "parameters": {"delay_ms": 100}}
+    events = []
+    with httpx.Client(timeout=30) as client:
+        with client.stream("POST", f"{server.url}/v2/models/tokens/generate_stream", json=body) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+                    if len(events) == 2:
+                        server.proc.send_signal(signal.SIGTERM)
+    assert [e["text_output"].strip() for e in events] == [f"w{i}" for i in range(10)]
+    assert server.wait_exit(timeout=15) == 0
