@@ -18,5 +18,6 @@ __all__ = [
     "BaseKServeModel", "InferenceModel", "InferenceVerb", "Model", "ModelServer", "ModelRepository",
     "PredictorConfig", "InferRequest", "InferResponse", "InferInput", "InferOutput", "RequestedOutput",
     "InferenceRESTClient", "InferenceGRPCClient", "RESTConfig", "Storage", "constants", "errors", "logging", "utils",
+    "model_server",
 ]
 

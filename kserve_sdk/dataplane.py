@@ -49,19 +49,27 @@ class DataPlane:
         self.draining = False
         self._in_flight = 0
         self._idle: Optional[asyncio.Event] = None
+        self._model_calls: Dict[str, int] = {}  # calls in flight per model, so unload can wait for them
+        self._unloading: set = set()
 
     # --- request lifecycle ------------------------------------------------------------------------
-    def begin_request(self) -> None:
+    def begin_request(self, model_name: str) -> None:
         """Count an inference call in flight; refused (503 / UNAVAILABLE) once the server is draining."""
         if self.draining:
             raise ServerNotReady("The server is shutting down.")
         self._in_flight += 1
+        self._model_calls[model_name] = self._model_calls.get(model_name, 0) + 1
 
-    def end_request(self) -> None:
+    def end_request(self, model_name: str) -> None:
         """An inference call counted by ``begin_request`` has ended."""
         self._in_flight -= 1
+        self._model_calls[model_name] -= 1
         if self._in_flight == 0 and self._idle is not None:
             self._idle.set()
+
+    def calls_in_flight(self) -> int:
+        """How many inference calls are being answered now."""
+        return self._in_flight
 
     async def drain(self, timeout: float) -> bool:
         """Refuse new calls and wait up to ``timeout`` s for those in flight; True when none is left."""
@@ -134,8 +142,8 @@ class DataPlane:
     async def ready_model(self, name: str) -> InferenceModel:
         """The named model if it can serve: ModelNotFound / ModelNotReady otherwise."""
         model = self.get_model(name)
-        if not await self._model_registry.is_model_ready(name):
-            raise ModelNotReady(name)
+        if name in self._unloading or not await self._model_registry.is_model_ready(name):
+            raise ModelNotReady(name, "It is being unloaded." if name in self._unloading else None)
         return model
 
     async def model_metadata(self, name: str, version: Optional[str] = None) -> Dict[str, Any]:
@@ -168,7 +176,7 @@ class DataPlane:
                     verb: InferenceVerb) -> Tuple[Any, Dict[str, str]]:
         model = await self.ready_model(model_name)
         headers = {} if headers is None else headers
-        self.begin_request()
+        self.begin_request(model_name)
         try:
             if isinstance(model, Model):
                 response, response_headers, timings = await model.run_pipeline(request, headers, verb)
@@ -176,7 +184,7 @@ class DataPlane:
             else:
                 response, response_headers = await _maybe_await(model(request, headers=headers, verb=verb))
         finally:
-            self.end_request()
+            self.end_request(model_name)
         if isinstance(request, InferRequest):
             response = self._as_v2_response(model_name, request, response)
         return response, response_headers or {}
@@ -218,7 +226,7 @@ class DataPlane:
     async def _count_stream(self, model_name: str, items: Optional[AsyncIterator[Any]], headers: Dict[str, str],
                             protocol: str, timings: Dict[str, float], model: Any = None,
                             request: Any = None) -> AsyncIterator[Any]:
-        self.begin_request()
+        self.begin_request(model_name)
         start, first, count = time.perf_counter(), None, 0
         try:
             if items is None:  # a model that is not a Model subclass answers once
@@ -230,7 +238,7 @@ class DataPlane:
                     count += 1
                     yield item
         finally:
-            self.end_request()
+            self.end_request(model_name)
             metrics.stream_finished(model_name, protocol, count, first)
             timings.setdefault("predict_ms", (time.perf_counter() - start) * 1000)
             self._record(model_name, headers, timings)
@@ -262,12 +270,41 @@ class DataPlane:
         )
 
     # --- repository ---------------------------------------------------------------------------------
-    async def load(self, name: str) -> None:
-        """Load a model by name through the repository; ModelNotFound if it cannot."""
-        loaded = await _maybe_await(self._model_registry.load(name))
-        if not loaded:
-            raise ModelNotFound(name)
+    async def repository_index(self) -> List[Dict[str, str]]:
+        """Every model the repository knows, with its state (READY, UNAVAILABLE, LOADING) and reason."""
+        return await self._model_registry.index()
 
-    async def unload(self, name: str) -> None:
-        """Stop and remove a model; ModelNotFound if there is none."""
-        self._model_registry.unload(name)
+    async def load(self, name: str) -> None:
+        """Load a model through the repository's ``load(name)`` (sync ones run in the thread pool).
+
+        A load that raises leaves the model UNAVAILABLE with the error as reason and is answered as an
+        InferenceError; one that returns False is ModelNotFound. Other models are unaffected.
+        """
+        registry = self._model_registry
+        registry.states[name] = ("LOADING", "")
+        try:
+            loader = registry.load
+            if inspect.iscoroutinefunction(loader):
+                loaded = await loader(name)
+            else:
+                loaded = await asyncio.get_running_loop().run_in_executor(None, loader, name)
+        except Exception as e:
+            registry.states[name] = ("UNAVAILABLE", f"{type(e).__name__}: {e}")
+            raise InferenceError(f"failed to load model '{name}': {type(e).__name__}: {e}") from None
+        if not loaded:
+            registry.states.pop(name, None)
+            raise ModelNotFound(name)
+        registry.states.pop(name, None)
+
+    async def unload(self, name: str, timeout: float = 60.0) -> None:
+        """Stop and remove a model once its calls in flight have finished (up to ``timeout`` s);
+        new calls to it are refused meanwhile. ModelNotFound if there is none."""
+        self.get_model(name)
+        self._unloading.add(name)
+        try:
+            deadline = time.monotonic() + timeout
+            while self._model_calls.get(name, 0) and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            self._model_registry.unload(name)
+        finally:
+            self._unloading.discard(name)

@@ -17,7 +17,7 @@ from . import context
 from .constants.constants import PredictorProtocol
 from .errors import InvalidInput
 from .predictor_config import PredictorConfig
-from .protocol.infer_type import InferRequest, InferResponse
+from .protocol.infer_type import InferRequest
 
 _FORWARDED_HEADERS = ("x-request-id", "x-b3-traceid", "authorization")
 
@@ -107,10 +107,17 @@ class Model(InferenceModel):
             what they put in it is sent back as HTTP response headers (gRPC: metadata).
         predictor_config: where the default ``predict`` forwards to; by default the server's
             ``--predictor_host`` settings.
+        max_batch_size: with a value above 1, concurrent v2 requests are merged along their first
+            dimension into one ``predict`` call of up to this many rows (adaptive batching).
+        max_latency_ms: how long a request may wait for others to join its batch.
     """
 
+    max_batch_size: Optional[int] = None
+    max_latency_ms: float = 10.0
+
     def __init__(self, name: str, return_response_headers: bool = False,
-                 predictor_config: Optional[PredictorConfig] = None):
+                 predictor_config: Optional[PredictorConfig] = None, max_batch_size: Optional[int] = None,
+                 max_latency_ms: Optional[float] = None):
         super().__init__(name)
         if isinstance(return_response_headers, PredictorConfig):  # KServe <= 0.14 passed it second.
             predictor_config, return_response_headers = return_response_headers, False
@@ -118,8 +125,11 @@ class Model(InferenceModel):
         self.enable_latency_logging = False
         self.return_response_headers = return_response_headers
         self._predictor_config = predictor_config
-        self._rest_client = None
-        self._grpc_client = None
+        if max_batch_size is not None:
+            self.max_batch_size = max_batch_size
+        if max_latency_ms is not None:
+            self.max_latency_ms = max_latency_ms
+        self._batcher = None
 
     @property
     def required_response_headers(self) -> bool:
@@ -161,6 +171,9 @@ class Model(InferenceModel):
         if verb is InferenceVerb.EXPLAIN:
             result = await call_stage(self.explain, payload, headers)
             stage = "explain_ms"
+        elif self.batches(payload):
+            result = await self._batching().submit(payload, headers)
+            stage = "predict_ms"
         else:
             result = await call_stage(self.predict, payload, headers, *extra)
             stage = "predict_ms"
@@ -169,6 +182,19 @@ class Model(InferenceModel):
         result = await self._postprocess(result, headers, extra)
         timings["postprocess_ms"] = (time.perf_counter() - end) * 1000
         return result, response_headers, timings
+
+    def batches(self, payload: Any) -> bool:
+        """Whether this call goes through the adaptive batcher (v2 requests, batching on)."""
+        return bool(self.max_batch_size and self.max_batch_size > 1 and isinstance(payload, InferRequest)
+                    and not self.return_response_headers)
+
+    def _batching(self):
+        if self._batcher is None:
+            from .batching import Batcher
+
+            self._batcher = Batcher(self.name, lambda request, headers: call_stage(self.predict, request, headers),
+                                    int(self.max_batch_size), float(self.max_latency_ms))
+        return self._batcher
 
     async def _preprocess(self, body: Any, headers: Dict[str, str]) -> Any:
         if type(self).preprocess is not Model.preprocess:

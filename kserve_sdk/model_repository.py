@@ -1,6 +1,6 @@
 """Name -> model: the models a server answers for, their readiness, load and unload."""
 import inspect
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 from .constants.constants import MODEL_MOUNT_DIRS
 from .errors import ModelNotFound
@@ -16,6 +16,8 @@ class ModelRepository:
     def __init__(self, models_dir: str = MODEL_MOUNT_DIRS):
         self.models: Dict[str, BaseKServeModel] = {}
         self.models_dir = models_dir
+        # name -> (state, reason) of models that are loading or failed to load (not in self.models)
+        self.states: Dict[str, Tuple[str, str]] = {}
 
     def load_models(self) -> None:
         """Load every model found under ``models_dir`` (override in a subclass; none by default)."""
@@ -43,6 +45,20 @@ class ModelRepository:
     def update(self, model: BaseKServeModel, name: Optional[str] = None) -> None:
         """Register ``model`` under ``name`` (default: its own name), replacing any model of that name."""
         self.models[name or model.name] = model
+        self.states.pop(name or model.name, None)
+
+    async def index(self) -> List[Dict[str, str]]:
+        """Every model known to the repository: ``{"name", "state", "reason"?}``, state READY,
+        UNAVAILABLE or LOADING."""
+        entries = []
+        for name in self.models:
+            ready = await self.is_model_ready(name)
+            entries.append({"name": name, "state": "READY"} if ready
+                           else {"name": name, "state": "UNAVAILABLE", "reason": "the model is not ready"})
+        for name, (state, reason) in self.states.items():
+            if name not in self.models:
+                entries.append({"name": name, "state": state, **({"reason": reason} if reason else {})})
+        return entries
 
     def load(self, name: str) -> bool:
         """Load the named model on demand; the base repository cannot, so it returns False."""

@@ -10,7 +10,7 @@ import signal
 import socket
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
@@ -80,6 +80,10 @@ _flag("grpc_max_send_message_length", default=MAX_GRPC_MESSAGE_LENGTH, type=int,
       help="The max message length for gRPC send message.")
 _flag("grpc_max_receive_message_length", default=MAX_GRPC_MESSAGE_LENGTH, type=int,
       help="The max message length for gRPC receive message.")
+_flag("max_batch_size", default=None, type=int,
+      help="Batch concurrent v2 requests to the --model_name model into predict calls of up to this many rows.")
+_flag("max_batch_latency_ms", default=None, type=float,
+      help="How long a request may wait for others to join its batch (default 10 ms).")
 _flag("enable_gzip", default=True, type=strtobool,
       help="gzip responses (streams too, flushed per event) for clients that accept it.")
 _flag("grace_period", default=30, type=int,
@@ -101,6 +105,17 @@ if args.model_dir is None:
     except ValueError as e:  # an unsupported STORAGE_URI is reported when the model looks for its files
         logger.warning("%s", e)
         args.model_dir = None
+
+
+def _apply_batching_flags(model: BaseKServeModel) -> None:
+    """--max_batch_size / --max_batch_latency_ms configure the model named by --model_name, unless its
+    code chose its own."""
+    if model.name != args.model_name:
+        return
+    if args.max_batch_size and not getattr(model, "max_batch_size", None):
+        model.max_batch_size = args.max_batch_size
+    if args.max_batch_latency_ms is not None:
+        model.max_latency_ms = args.max_batch_latency_ms
 
 
 class ModelServer:
@@ -202,6 +217,7 @@ class ModelServer:
                 any_ready = True
                 self.register_model(model)
                 model.enable_latency_logging = self.enable_latency_logging
+                _apply_batching_flags(model)
             else:
                 logger.warning("Model with name %s is not ready; it is not served.", model.name)
         if models and not any_ready:
@@ -240,7 +256,9 @@ class ModelServer:
         if sockets is None:
             server.listen(self.http_port)
         else:
-            server.add_sockets(sockets)
+            from .workers import accept_balanced
+
+            accept_balanced(server, sockets, self.dataplane.calls_in_flight)
         self._http_server = server
 
     async def _start_grpc(self, reuse_port: bool) -> None:

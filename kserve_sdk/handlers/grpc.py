@@ -180,14 +180,10 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
     @answers_errors
     async def RepositoryIndex(self, request, context):
-        models = []
-        for name in self.dataplane.list_models():
-            ready = await self.dataplane.model_ready(name)
-            if request.ready and not ready:
-                continue
-            models.append(pb.RepositoryIndexResponse.ModelIndex(
-                name=name, state="READY" if ready else "UNAVAILABLE"))
-        return pb.RepositoryIndexResponse(models=models)
+        entries = await self.dataplane.repository_index()
+        return pb.RepositoryIndexResponse(models=[
+            pb.RepositoryIndexResponse.ModelIndex(name=e["name"], state=e["state"], reason=e.get("reason", ""))
+            for e in entries if not request.ready or e["state"] == "READY"])
 
     @answers_errors
     async def RepositoryModelLoad(self, request, context):

@@ -73,6 +73,7 @@ def make_app(dataplane: DataPlane, access_log_format: Optional[str] = None, enab
         (rf"/v2/models/{_MODEL}{_VERSION}/generate_stream", streaming.GenerateStreamHandler),
         (rf"/v2/models/{_MODEL}{_VERSION}/ready", v2.ModelReadyHandler),
         (rf"/v2/models/{_MODEL}{_VERSION}", v2.ModelMetadataHandler),
+        (r"/v2/repository/index", v2.RepositoryIndexHandler),
         (rf"/v2/repository/models/{_MODEL}/(load|unload)", v2.RepositoryHandler),
         (r"/openapi\.json", docs.OpenAPIHandler),
         *docs.docs_routes(enable_docs_url),

@@ -3,7 +3,7 @@ from typing import Optional
 
 from ..errors import ModelNotReady, ServerNotReady
 from ..protocol.infer_type import InferResponse
-from ..protocol.rest_codec import (decode_infer_request, dumps, encode_infer_response, infer_request_from_dict,
+from ..protocol.rest_codec import (decode_infer_request, dumps, encode_infer_response, infer_request_from_dict, loads_json,
                                    parse_json_length)
 from .base import JSON, BaseHandler
 from .cloudevents import decode_cloudevent
@@ -113,3 +113,20 @@ class RepositoryHandler(BaseHandler):
         else:
             await self.dataplane.unload(name)
         self.send_json({"name": name, action: True})
+
+
+class RepositoryIndexHandler(BaseHandler):
+    """``GET|POST /v2/repository/index``: every model with its state (READY, UNAVAILABLE, LOADING)."""
+
+    endpoint = "repository_index"
+
+    async def get(self) -> None:
+        self.send_json(await self.dataplane.repository_index())
+
+    async def post(self) -> None:
+        ready_only = False
+        if self.request.body:
+            doc = loads_json(self.request.body)
+            ready_only = bool(doc.get("ready")) if isinstance(doc, dict) else False
+        entries = await self.dataplane.repository_index()
+        self.send_json([e for e in entries if e["state"] == "READY"] if ready_only else entries)

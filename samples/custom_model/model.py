@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 import kserve_sdk as kserve
-from kserve_sdk import InferRequest, InferResponse, model_server
+from kserve_sdk import model_server
 from kserve_sdk.utils.utils import get_predict_input, get_predict_response
 
 HERE = os.path.dirname(os.path.abspath(__file__))

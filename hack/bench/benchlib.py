@@ -1,0 +1,544 @@
+"""What http_bench.py and grpc_bench.py share.
+
+Cases and their selection, the four targets (how each server is started on
+free 127.0.0.1 ports and how its readiness is probed), process-group start and
+stop, peak memory and idle detection over the server's process tree, the
+per-(target, case) measurement flow, the result table and the main loop.
+
+A bench module supplies three things to ``main``: the cases, ``check`` (one
+real request, returns None or what is wrong) and ``load`` (one timed load run,
+returns a ``LoadResult``). Everything else is here.
+"""
+
+import argparse
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+HOST = "127.0.0.1"
+MODEL = "addone"
+ALL_TARGETS = ["bare", "ours", "kserve", "mlserver"]
+
+
+# --------------------------------------------------------------------------- cases
+
+@dataclass(frozen=True)
+class Case:
+    name: str          # e.g. v2-json-small
+    conc: int          # concurrent requests in flight
+    proto: str         # bench specific: v1 | v2json | v2bin | grpc
+    n: int             # FP32 elements, shape [1, n]
+
+    @property
+    def key(self):
+        return f"{self.name}@c{self.conc}"
+
+
+def select_cases(spec, cases):
+    """'' -> all; else a comma list of NAME or NAME@cN."""
+    if not spec:
+        return list(cases)
+    out = []
+    for item in spec.split(","):
+        item = item.strip()
+        name, _, conc = item.partition("@")
+        conc = conc.lstrip("c")
+        hits = [c for c in cases if c.name == name and (not conc or str(c.conc) == conc)]
+        if not hits:
+            raise SystemExit(f"unknown case {item!r}; known: {', '.join(c.key for c in cases)}")
+        out.extend(h for h in hits if h not in out)
+    return out
+
+
+# --------------------------------------------------------------------------- processes
+
+def free_ports(n):
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((HOST, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def proc_tree(pid):
+    """pid and all its descendants (from /proc/*/stat)."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def reset_hwm(pid):
+    """Reset VmHWM to current RSS (clear_refs 5, Linux >= 4.0). Returns success."""
+    ok = True
+    for p in proc_tree(pid):
+        try:
+            with open(f"/proc/{p}/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            ok = False
+    return ok
+
+
+def cpu_ticks(pid):
+    total = 0
+    for p in proc_tree(pid):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])   # utime + stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def wait_idle(pid, timeout=60.0, interval=0.25):
+    """Wait until the server tree uses < ~10% CPU for two intervals in a row.
+
+    Load generators abandon in-flight requests when they stop; a slow server
+    keeps computing them and would steal CPU from the next measurement.
+    Returns seconds waited.
+    """
+    hz = os.sysconf("SC_CLK_TCK")
+    t0 = time.monotonic()
+    last, quiet = cpu_ticks(pid), 0
+    while time.monotonic() - t0 < timeout:
+        time.sleep(interval)
+        now = cpu_ticks(pid)
+        quiet = quiet + 1 if (now - last) / hz < 0.1 * interval else 0
+        last = now
+        if quiet >= 2:
+            break
+    return time.monotonic() - t0
+
+
+def peak_mib(pid):
+    total = 0
+    for p in proc_tree(pid):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+# --------------------------------------------------------------------------- readiness
+
+def http_ready(*paths, port=None):
+    """Ready when any of the paths answers 200 on port (default: the target's)."""
+    def probe(target):
+        for path in paths:
+            try:
+                conn = http.client.HTTPConnection(HOST, port or target.port, timeout=2)
+                conn.request("GET", path)
+                status = conn.getresponse().status
+                conn.close()
+                if status == 200:
+                    return True
+            except OSError:
+                pass
+        return False
+    return probe
+
+
+def grpc_ready(target):
+    """Ready when inference.GRPCInferenceService/ServerReady says ready=true."""
+    import grpc
+    from tritonclient.grpc import service_pb2
+    try:
+        with grpc.insecure_channel(f"{HOST}:{target.port}") as ch:
+            call = ch.unary_unary("/inference.GRPCInferenceService/ServerReady",
+                                  request_serializer=service_pb2.ServerReadyRequest.SerializeToString,
+                                  response_deserializer=service_pb2.ServerReadyResponse.FromString)
+            return call(service_pb2.ServerReadyRequest(), timeout=2).ready
+    except grpc.RpcError:
+        return False
+
+
+# --------------------------------------------------------------------------- targets
+
+@dataclass
+class Target:
+    name: str
+    desc: str = ""
+    cmd: list = field(default_factory=list)
+    env: dict = field(default_factory=dict)
+    cwd: str = REPO
+    port: int = 0                                      # the port under test (HTTP or gRPC)
+    ready: Callable = None                             # ready(target) -> bool
+    unsupported: dict = field(default_factory=dict)   # case name -> reason
+    unavailable: str = ""                              # whole target skipped: why
+    proc: subprocess.Popen = None
+    log: str = ""
+
+    def start(self, workdir):
+        self.log = os.path.join(workdir, f"{self.name}.log")
+        env = dict(os.environ)
+        env.update(self.env)
+        with open(self.log, "wb") as logf:
+            self.proc = subprocess.Popen(self.cmd, cwd=self.cwd, env=env, stdout=logf,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                return f"exited with code {self.proc.returncode} before ready"
+            if self.ready(self):
+                return None
+            time.sleep(0.2)
+        return f"not ready after {timeout:.0f}s"
+
+    def stop(self):
+        """SIGTERM the process group, SIGKILL it after 10 s."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=5)
+
+    def log_tail(self, n=25):
+        try:
+            with open(self.log, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+
+def venv_version(python, dist):
+    r = subprocess.run([python, "-c", f"from importlib.metadata import version; print(version({dist!r}))"],
+                       capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def build_targets(names, args, workdir, proto, unsupported=None):
+    """proto 'http' or 'grpc': which port is benched and how readiness is probed.
+
+    unsupported: {target name: {case name: reason}}.
+    """
+    grpc = proto == "grpc"
+    unsupported = unsupported or {}
+    targets = []
+    for name in names:
+        http_port, grpc_port, metrics_port = free_ports(3)
+        t = Target(name, port=grpc_port if grpc else http_port,
+                   unsupported=dict(unsupported.get(name, {})))
+        if name == "bare":
+            if grpc:
+                t.cmd = [args.python, os.path.join(HERE, "bare_grpc.py"), "--host", HOST,
+                         "--port", str(grpc_port)]
+                t.desc = "grpc.aio + tritonclient's service_pb2 + numpy, 1 process"
+            else:
+                t.cmd = [args.python, os.path.join(HERE, "bare_tornado.py"), "--host", HOST,
+                         "--port", str(http_port)]
+                t.desc = "tornado+orjson+numpy, 1 process"
+            t.ready = grpc_ready if grpc else http_ready("/v2/health/ready")
+        elif name in ("ours", "kserve"):
+            model_args = [os.path.join(HERE, "addone_model.py"), "--model_name", MODEL,
+                          "--http_port", str(http_port), "--grpc_port", str(grpc_port),
+                          "--enable_grpc", "true" if grpc else "false"]
+            t.ready = grpc_ready if grpc else http_ready("/v2/health/ready", f"/v1/models/{MODEL}")
+            flags = "--enable_grpc true" if grpc else "default flags"
+            if name == "ours":
+                t.env = {"BENCH_IMPL": "ours", "PYTHONPATH": REPO}
+                t.cmd = [args.python] + model_args
+                r = subprocess.run([args.python, "-c", "import kserve_sdk"], cwd=REPO,
+                                   env={**os.environ, **t.env}, capture_output=True, text=True)
+                if r.returncode != 0:
+                    t.unavailable = "kserve_sdk does not import:\n" + (r.stderr or r.stdout).strip()
+                t.desc = f"kserve_sdk (this repo), {flags}"
+            else:
+                py = os.path.join(args.venvs, "kserve", "bin", "python")
+                t.env = {"BENCH_IMPL": "kserve"}
+                t.cmd = [py] + model_args
+                ver = venv_version(py, "kserve") if os.path.exists(py) else None
+                if ver is None:
+                    t.unavailable = f"no kserve in {os.path.dirname(os.path.dirname(py))}: run hack/bench/setup_peers.sh"
+                t.desc = f"kserve {ver}, {flags}" + ("" if grpc else " (uvicorn, workers=1)")
+        elif name == "mlserver":
+            exe = os.path.join(args.venvs, "mlserver", "bin", "mlserver")
+            ver = venv_version(os.path.join(args.venvs, "mlserver", "bin", "python"), "mlserver") \
+                if os.path.exists(exe) else None
+            if ver is None:
+                t.unavailable = f"no mlserver in {args.venvs}/mlserver: run hack/bench/setup_peers.sh"
+            mdir = os.path.join(workdir, "mlserver_addone")
+            shutil.copytree(os.path.join(HERE, "mlserver_addone"), mdir,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            with open(os.path.join(mdir, "settings.json")) as f:
+                settings = json.load(f)
+            settings.update(host=HOST, http_port=http_port, grpc_port=grpc_port,
+                            metrics_port=metrics_port)
+            with open(os.path.join(mdir, "settings.json"), "w") as f:
+                json.dump(settings, f, indent=2)
+            t.cmd = [exe, "start", mdir]
+            t.cwd = mdir   # MLServer writes .metrics/.envs under its cwd
+            # MLServer starts gRPC and REST together; the model-ready REST route
+            # is the one that waits for the model to load.
+            ready_http = http_ready(f"/v2/models/{MODEL}/ready", port=http_port)
+            t.ready = (lambda tgt: ready_http(tgt) and grpc_ready(tgt)) if grpc else ready_http
+            t.desc = f"mlserver {ver}, parallel_workers={settings.get('parallel_workers')}"
+        else:
+            raise SystemExit(f"unknown target {name!r}; known: {', '.join(ALL_TARGETS)}")
+        targets.append(t)
+    return targets
+
+
+# --------------------------------------------------------------------------- one measurement
+
+@dataclass
+class LoadResult:
+    """What one load run produced, load-generator independent."""
+    seconds: float                 # timed window
+    total: int                     # answers received (any status)
+    ok: int                        # correct answers
+    p50_ms: float = None
+    p99_ms: float = None
+    errors: dict = field(default_factory=dict)   # error column key -> count
+
+
+@dataclass
+class Row:
+    target: str
+    case: Case
+    rps: float = None
+    p50: float = None
+    p99: float = None
+    errors: dict = field(default_factory=dict)
+    mem: float = None
+    note: str = ""        # n/a reason or error text
+
+
+def bench_one(args, target, case, payload, hwm_reset_ok, check, load):
+    """check(target, case, payload) -> None | str;
+    load(args, target, case, payload, seconds) -> (LoadResult | None, error str)."""
+    row = Row(target.name, case)
+    if target.unavailable:
+        row.note = "n/a: " + target.unavailable.splitlines()[0]
+        return row
+    if case.name in target.unsupported:
+        row.note = "n/a: " + target.unsupported[case.name]
+        return row
+    if not target.alive():
+        row.note = f"ERROR: server is not running (exit code {target.proc.returncode if target.proc else '?'})"
+        return row
+    err = check(target, case, payload)
+    if err:
+        row.note = "ERROR (correctness check): " + err
+        return row
+    if hwm_reset_ok:
+        reset_hwm(target.proc.pid)
+    if args.warmup > 0:
+        load(args, target, case, payload, args.warmup)
+        wait_idle(target.proc.pid)
+    res, err = load(args, target, case, payload, args.duration)
+    row.mem = peak_mib(target.proc.pid)
+    wait_idle(target.proc.pid)
+    if res is None:
+        row.note = "ERROR: " + err
+        return row
+    row.errors = res.errors
+    nerr = sum(res.errors.values())
+    errs = ", ".join(f"{k} {v}" for k, v in res.errors.items())
+    if res.total == 0:
+        row.note = f"TOO SLOW: no response completed within {args.duration}s " \
+                   f"({errs}); use a longer --duration"
+        return row
+    if res.ok <= 0:
+        # All answers were errors: show one, not a rate.
+        sample = check(target, case, payload) or "(a later request succeeded)"
+        row.note = f"ERROR: no correct answer under load ({res.total} answers; {errs}); " \
+                   f"sample: {sample}"
+        return row
+    row.rps = res.ok / res.seconds
+    row.p50 = res.p50_ms
+    row.p99 = res.p99_ms
+    if nerr:
+        row.note = "some requests failed; probe: " + (check(target, case, payload) or "OK")
+    return row
+
+
+# --------------------------------------------------------------------------- report
+
+def fmt(v, spec):
+    return "-" if v is None else format(v, spec)
+
+
+def print_table(rows, targets, cases, err_cols):
+    """err_cols: [(key in Row.errors, header)], printed between p99 and peak MiB."""
+    print()
+    hdr = f"{'target':<9} {'case':<15} {'conc':>4} {'req/s':>9} {'p50 ms':>9} {'p99 ms':>9} " + \
+          "".join(f"{h:>8}" for _, h in err_cols) + f" {'peak MiB':>9}"
+    print(hdr)
+    print("-" * len(hdr))
+    notes = []
+    for case in cases:
+        for t in targets:
+            r = rows[(t.name, case.key)]
+            if r.rps is None:
+                mem = fmt(r.mem, ".1f") if r.mem else ""
+                print(f"{r.target:<9} {case.name:<15} {case.conc:>4} {r.note}" + (f"  [peak {mem} MiB]" if mem else ""))
+                continue
+            flag = " *" if r.note else ""
+            errs = "".join(f"{r.errors.get(k, 0):>8d}" for k, _ in err_cols)
+            print(f"{r.target:<9} {case.name:<15} {case.conc:>4} {r.rps:>9.1f} {fmt(r.p50, '9.2f')} "
+                  f"{fmt(r.p99, '9.2f')}{errs} {fmt(r.mem, '9.1f')}{flag}")
+            if r.note:
+                notes.append(f"  * {r.target} {case.key}: {r.note}")
+        print()
+    if notes:
+        print("notes:")
+        print("\n".join(notes))
+        print()
+    print("req/s ratio to bare (same run):")
+    others = [t for t in targets if t.name != "bare"]
+    print(f"{'case':<15} {'conc':>4} " + " ".join(f"{t.name:>9}" for t in others))
+    for case in cases:
+        base = rows.get(("bare", case.key))
+        cells = []
+        for t in others:
+            r = rows[(t.name, case.key)]
+            if base is None or base.rps is None:
+                cells.append(f"{'no bare':>9}")
+            elif r.rps is None:
+                cells.append(f"{'n/a':>9}")
+            else:
+                cells.append(f"{r.rps / base.rps:>9.2f}")
+        print(f"{case.name:<15} {case.conc:>4} " + " ".join(cells))
+
+
+# --------------------------------------------------------------------------- main
+
+def arg_parser(description, cases):
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--targets", default=",".join(ALL_TARGETS),
+                    help=f"comma list from {','.join(ALL_TARGETS)} (default: all)")
+    ap.add_argument("--cases", default="",
+                    help="comma list of case names, optionally NAME@cN for one concurrency "
+                         f"(default: all of {', '.join(c.key for c in cases)})")
+    ap.add_argument("--duration", type=float, default=8, help="timed seconds per case (default 8)")
+    ap.add_argument("--warmup", type=float, default=1, help="warm-up seconds per case (default 1)")
+    ap.add_argument("--ready-timeout", type=float, default=90, help="server start timeout in s (default 90)")
+    ap.add_argument("--venvs", default=os.environ.get("BENCH_VENVS", "/tmp/bench-venvs"),
+                    help="where setup_peers.sh put the peer venvs")
+    ap.add_argument("--python", default=sys.executable, help="interpreter for bare and ours")
+    ap.add_argument("--keep-workdir", action="store_true", help="keep request bodies and server logs")
+    return ap
+
+
+def _int_if_whole(v):
+    return int(v) if float(v).is_integer() else v
+
+
+def main(args, *, tag, all_cases, proto, make_payload, check, load, err_cols, banner,
+         unsupported=None):
+    """Start the targets, run every (case, target) case-major, print the table.
+
+    make_payload(case, workdir) -> payload; banner: one line describing the load.
+    """
+    args.duration = _int_if_whole(args.duration)
+    args.warmup = _int_if_whole(args.warmup)
+    names = [n.strip() for n in args.targets.split(",") if n.strip()]
+    cases = select_cases(args.cases, all_cases)
+
+    # SIGINT (also when inherited as ignored, e.g. under `cmd &`), SIGTERM and SIGHUP
+    # all raise KeyboardInterrupt so the finally-block stops the servers.
+    def _interrupt(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+
+    workdir = tempfile.mkdtemp(prefix=f"{tag}-")
+    args.workdir = workdir          # bodies, server logs, load-generator logs
+    targets = []
+    try:
+        payloads = {c.name: make_payload(c, workdir) for c in cases}
+        targets = build_targets(names, args, workdir, proto, unsupported)
+        print(f"{tag}: {os.cpu_count()} CPUs, loopback {HOST}, {banner}, "
+              f"{args.warmup}s warm-up + {args.duration}s per case")
+        hwm_ok = True
+        for t in targets:
+            if t.unavailable:
+                print(f"  {t.name:<9} UNAVAILABLE: {t.unavailable}")
+                continue
+            t0 = time.monotonic()
+            t.start(workdir)
+            err = t.wait_ready(args.ready_timeout)
+            if err:
+                t.unavailable = f"failed to start: {err}"
+                print(f"  {t.name:<9} FAILED TO START ({err}); log tail:\n{t.log_tail()}")
+                t.stop()
+                continue
+            hwm_ok = hwm_ok and reset_hwm(t.proc.pid)
+            print(f"  {t.name:<9} pid {t.proc.pid} port {t.port}: {t.desc} "
+                  f"(ready in {time.monotonic() - t0:.1f}s)")
+        print(f"  peak MiB = VmHWM summed over the server's process tree, "
+              f"{'reset before each case' if hwm_ok else 'since server start (clear_refs failed)'}")
+        print("  running cases case-major (all targets per case) so drift hits every target alike",
+              flush=True)
+
+        rows = {}
+        for case in cases:
+            for t in targets:
+                row = bench_one(args, t, case, payloads[case.name], hwm_ok, check, load)
+                rows[(t.name, case.key)] = row
+                shown = f"{row.rps:.1f} req/s" if row.rps is not None else row.note
+                print(f"  .. {case.key:<20} {t.name:<9} {shown}", flush=True)
+        print_table(rows, targets, cases, err_cols)
+        crashed = [t for t in targets if t.proc is not None and not t.alive()]
+        for t in crashed:
+            print(f"\n{t.name} exited with code {t.proc.returncode}; log tail:\n{t.log_tail()}")
+    except KeyboardInterrupt as e:
+        print(f"\ninterrupted ({e}); stopping servers", file=sys.stderr)
+        sys.exit(130)
+    finally:
+        for t in targets:
+            t.stop()
+        if args.keep_workdir:
+            print(f"\nworkdir kept: {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)

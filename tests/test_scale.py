@@ -1,0 +1,223 @@
+"""Scale on one machine: adaptive batching, the model repository, and multi-process workers."""
+import asyncio
+import json
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as tgrpc
+import tritonclient.http as thttp
+from tritonclient.utils import InferenceServerException
+
+from rawhttp import post_json
+
+
+@pytest.fixture(scope="module")
+def scale(start_server):
+    return start_server("tests/models/scale.py")
+
+
+async def _infer_json(port, doc):
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    body = json.dumps(doc).encode()
+    writer.write(b"POST /v2/models/batcher/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+                 b"Connection: close\r\n\r\n%s" % (len(body), body))
+    await writer.drain()
+    data = await reader.read()
+    writer.close()
+    head, _, payload = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), json.loads(payload)
+
+
+def _rows(values, width=8):
+    return {"inputs": [{"name": "x", "shape": [1, width], "datatype": "FP32", "data": values}]}
+
+
+def test_concurrent_requests_are_batched_and_split_back(scale):
+    async def main():
+        docs = [_rows([float(i * 10 + j) for j in range(8)]) for i in range(32)]
+        docs.append(_rows([1.0, 2.0, 3.0, 4.0], width=4))  # another shape: its own batch
+        return await asyncio.gather(*[_infer_json(scale.http_port, d) for d in docs])
+
+    results = asyncio.run(main())
+    batch_sizes = []
+    for i, (status, body) in enumerate(results[:32]):
+        assert status == 200, body
+        outputs = {o["name"]: o["data"] for o in body["outputs"]}
+        assert outputs["doubled"] == [2.0 * (i * 10 + j) for j in range(8)]  # exactly its own row
+        batch_sizes.append(outputs["batch_rows"][0])
+    assert max(batch_sizes) > 8, batch_sizes
+    status, body = results[32]
+    assert status == 200 and {o["name"]: o["data"] for o in body["outputs"]}["doubled"] == [2.0, 4.0, 6.0, 8.0]
+
+
+def test_rest_and_grpc_share_batches(scale):
+    results = {}
+
+    def grpc_calls():
+        client = tgrpc.InferenceServerClient(scale.grpc_url)
+        got = []
+        done = threading.Event()
+        for i in range(8):
+            tensor = tgrpc.InferInput("x", [1, 8], "FP32")
+            tensor.set_data_from_numpy(np.full((1, 8), 100.0 + i, np.float32))
+            client.async_infer("batcher", [tensor], callback=lambda result, error: (got.append((result, error)), len(got) == 8 and done.set()))
+        done.wait(20)
+        results["grpc"] = got
+        client.close()
+
+    thread = threading.Thread(target=grpc_calls)
+    thread.start()
+    async def rest_calls():
+        return await asyncio.gather(*[_infer_json(scale.http_port, _rows([float(i)] * 8)) for i in range(8)])
+
+    rest = asyncio.run(asyncio.wait_for(rest_calls(), 20))
+    thread.join(30)
+    for i, (status, body) in enumerate(rest):
+        assert status == 200 and body["outputs"][0]["data"] == [2.0 * i] * 8
+    values = sorted(float(r.as_numpy("doubled")[0, 0]) for r, e in results["grpc"] if e is None)
+    assert values == [2.0 * (100 + i) for i in range(8)]
+
+
+def test_an_error_fails_only_its_batch(scale):
+    async def main():
+        bad = _infer_json(scale.http_port, _rows([-1.0] * 8))
+        good = [_infer_json(scale.http_port, _rows([float(i)] * 4, width=4)) for i in range(4)]
+        return await asyncio.gather(bad, *good)
+
+    results = asyncio.run(main())
+    assert results[0][0] == 500 and "negative values are not allowed" in results[0][1]["error"]
+    for i, (status, body) in enumerate(results[1:]):
+        assert status == 200 and body["outputs"][0]["data"] == [2.0 * i] * 4
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_repository_index_load_unload(scale, protocol):
+    client = (thttp.InferenceServerClient(f"127.0.0.1:{scale.http_port}") if protocol == "http"
+              else tgrpc.InferenceServerClient(scale.grpc_url))
+    name = f"good-{protocol}"
+
+    def index():
+        entries = client.get_model_repository_index()
+        if protocol == "grpc":
+            entries = [{"name": m.name, "state": m.state, "reason": m.reason} for m in entries.models]
+        return {e["name"]: e for e in entries}
+
+    assert index()["batcher"]["state"] == "READY"
+    client.load_model(name)
+    assert client.is_model_ready(name) and index()[name]["state"] == "READY"
+    with pytest.raises(InferenceServerException) as err:
+        client.load_model("broken")
+    assert "failed to load model 'broken': RuntimeError: weights are corrupt" in err.value.message()
+    broken = index()["broken"]
+    assert broken["state"] == "UNAVAILABLE" and "weights are corrupt" in broken["reason"]
+    with pytest.raises(InferenceServerException) as err:
+        client.load_model("not-in-repo")
+    assert "Model with name not-in-repo does not exist." in err.value.message()
+    assert client.is_model_ready("batcher")  # the others are unaffected
+    client.unload_model(name)
+    assert name not in index()
+    if protocol == "http":
+        assert not client.is_model_ready(name)
+    else:  # tritonclient.grpc raises on the NOT_FOUND status an unknown model gets
+        with pytest.raises(InferenceServerException) as err:
+            client.is_model_ready(name)
+        assert err.value.status() == "StatusCode.NOT_FOUND"
+    client.close()
+
+
+def test_unload_waits_for_calls_in_flight(scale):
+    client = thttp.InferenceServerClient(f"127.0.0.1:{scale.http_port}")
+    client.load_model("good-inflight")
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(
+        r=post_json(scale.http_port, "/v1/models/good-inflight:predict", {"instances": [1.0]})))
+    thread.start()
+    time.sleep(0.3)
+    started = time.monotonic()
+    client.unload_model("good-inflight")
+    waited = time.monotonic() - started
+    thread.join(10)
+    assert result["r"][0] == 200 and "predictions" in result["r"][2]
+    assert waited >= 0.5  # unload waited for the 1 s call to finish
+    assert not client.is_model_ready("good-inflight")
+    client.close()
+
+
+def _worker_pids(server):
+    children = open(f"/proc/{server.proc.pid}/task/{server.proc.pid}/children").read().split()
+    return {int(pid) for pid in children}
+
+
+def _throughput(port, requests, concurrency):
+    async def main():
+        queue = list(range(requests))
+
+        async def worker():
+            while queue:
+                queue.pop()
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                body = b'{"instances": [400000]}'
+                writer.write(b"POST /v1/models/cpu:predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+                             b"Connection: close\r\n\r\n%s" % (len(body), body))
+                await writer.drain()
+                assert (await reader.read()).startswith(b"HTTP/1.1 200")
+                writer.close()
+
+        start = time.perf_counter()
+        await asyncio.gather(*[worker() for _ in range(concurrency)])
+        return requests / (time.perf_counter() - start)
+
+    return asyncio.run(main())
+
+
+def test_two_workers_scale_cpu_bound_models(start_server):
+    one = start_server("tests/models/scale.py", env={"SCALE_MODELS": "cpu"}, grpc=False)
+    two = start_server("tests/models/scale.py", "--workers", "2", env={"SCALE_MODELS": "cpu"}, grpc=False)
+    _throughput(one.http_port, 4, 2)  # warm up
+    _throughput(two.http_port, 4, 2)
+    rates_one, rates_two = [], []
+    for _ in range(3):  # alternate, and compare each server's best round: the machine is shared and noisy
+        rates_one.append(_throughput(one.http_port, 16, 4))
+        rates_two.append(_throughput(two.http_port, 16, 4))
+    one.stop()
+    assert max(rates_two) >= 1.7 * max(rates_one), (rates_one, rates_two)
+
+
+def test_grpc_answers_in_every_worker_and_dead_workers_are_replaced(start_server):
+    server = start_server("tests/models/scale.py", "--workers", "2", env={"SCALE_MODELS": "sleepy"})
+    deadline = time.monotonic() + 10
+    while len(_worker_pids(server)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pids = _worker_pids(server)
+    seen = set()
+    for _ in range(40):  # a new channel (connection) each time: the kernel spreads them over workers
+        client = tgrpc.InferenceServerClient(server.grpc_url)
+        tensor = tgrpc.InferInput("x", [1], "FP32")
+        tensor.set_data_from_numpy(np.array([0.0], np.float32))
+        seen.add(int(client.infer("sleepy", [tensor]).as_numpy("pid")[0]))
+        client.close()
+        if seen == pids:
+            break
+    assert seen == pids
+    victim = sorted(pids)[0]
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.monotonic()
+    failures, answered_by = 0, set()
+    while time.monotonic() - killed_at < 5:
+        status, _, body = post_json(server.http_port, "/v1/models/sleepy:predict", {"instances": [0]})
+        if status != 200:
+            failures += 1
+        else:
+            answered_by.add(body["predictions"][0])
+        now = _worker_pids(server)
+        if len(now) == 2 and victim not in now:
+            break
+    replaced = _worker_pids(server)
+    assert victim not in replaced and len(replaced) == 2, replaced
+    assert time.monotonic() - killed_at < 5
+    assert failures == 0 and victim not in answered_by
+    assert f"worker {victim} exited (killed by signal 9); starting a new one" in server.log()
