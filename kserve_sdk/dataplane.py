@@ -9,7 +9,7 @@ import inspect
 import logging
 import time
 from contextlib import aclosing
-from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -51,6 +51,8 @@ class DataPlane:
         self._idle: Optional[asyncio.Event] = None
         self._model_calls: Dict[str, int] = {}  # calls in flight per model, so unload can wait for them
         self._unloading: set = set()
+        # Set by the server with --workers N: called after a local load/unload to pass it to every worker.
+        self.repository_hook: Optional[Callable[[str, str], Awaitable[None]]] = None
 
     # --- request lifecycle ------------------------------------------------------------------------
     def begin_request(self, model_name: str) -> None:
@@ -275,11 +277,24 @@ class DataPlane:
         return await self._model_registry.index()
 
     async def load(self, name: str) -> None:
-        """Load a model through the repository's ``load(name)`` (sync ones run in the thread pool).
+        """Load a model through the repository's ``load(name)`` (sync ones run in the thread pool), in
+        this worker and then in every other.
 
         A load that raises leaves the model UNAVAILABLE with the error as reason and is answered as an
         InferenceError; one that returns False is ModelNotFound. Other models are unaffected.
         """
+        await self.load_here(name)
+        if self.repository_hook is not None:
+            await self.repository_hook("load", name)
+
+    async def unload(self, name: str, timeout: float = 60.0) -> None:
+        """Unload a model here and then in every other worker (see :meth:`unload_here`)."""
+        await self.unload_here(name, timeout)
+        if self.repository_hook is not None:
+            await self.repository_hook("unload", name)
+
+    async def load_here(self, name: str) -> None:
+        """Load a model in this process only."""
         registry = self._model_registry
         registry.states[name] = ("LOADING", "")
         try:
@@ -296,9 +311,9 @@ class DataPlane:
             raise ModelNotFound(name)
         registry.states.pop(name, None)
 
-    async def unload(self, name: str, timeout: float = 60.0) -> None:
-        """Stop and remove a model once its calls in flight have finished (up to ``timeout`` s);
-        new calls to it are refused meanwhile. ModelNotFound if there is none."""
+    async def unload_here(self, name: str, timeout: float = 60.0) -> None:
+        """Stop and remove a model in this process once its calls in flight have finished (up to
+        ``timeout`` s); new calls to it are refused meanwhile. ModelNotFound if there is none."""
         self.get_model(name)
         self._unloading.add(name)
         try:

@@ -4,8 +4,6 @@ Every stage may be written as a plain ``def`` or as ``async def``. Plain ones ru
 thread pool (``--max_asyncio_workers`` threads), so a slow synchronous model never blocks the event
 loop, health probes or other requests; async ones run on the loop.
 """
-import asyncio
-import functools
 import inspect
 import time
 from abc import ABC, abstractmethod
@@ -16,6 +14,7 @@ from typing import Any, AsyncIterator, Awaitable, Dict, List, Optional, Tuple, U
 from . import context
 from .constants.constants import PredictorProtocol
 from .errors import InvalidInput
+from .executor import run_sync
 from .predictor_config import PredictorConfig
 from .protocol.infer_type import InferRequest
 
@@ -92,7 +91,7 @@ async def call_stage(fn, *args) -> Any:
     """Run a user stage: ``async def`` on the loop, plain ``def`` in the default thread pool."""
     if inspect.iscoroutinefunction(fn):
         return await fn(*args)
-    result = await asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args))
+    result = await run_sync(fn, *args)
     if inspect.isawaitable(result):
         result = await result
     return result

@@ -9,13 +9,14 @@ import os
 import signal
 import socket
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, List, Optional
 
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
-from . import context, metrics
+from . import context, executor, metrics
 from .constants.constants import (
     DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, DEFAULT_MAX_BODY_SIZE, KSERVE_TLS_CERT_FILE_ENV,
     KSERVE_TLS_KEY_FILE_ENV, MAX_GRPC_MESSAGE_LENGTH,
@@ -196,11 +197,18 @@ class ModelServer:
         metrics.setup()
         try:
             if self.workers > 1:
+                import shutil
+                import tempfile
+
                 from .workers import Supervisor
 
                 sockets = bind_sockets(self.http_port)
-                Supervisor(self.workers, lambda: asyncio.run(self._serve(sockets, reuse_port=True)),
-                           self.grace_period).run()
+                control_dir = tempfile.mkdtemp(prefix="kserve-sdk-control-")
+                try:
+                    Supervisor(self.workers, lambda: asyncio.run(self._serve(sockets, True, control_dir)),
+                               self.grace_period, control_dir).run()
+                finally:
+                    shutil.rmtree(control_dir, ignore_errors=True)
             else:
                 asyncio.run(self._serve())
         finally:
@@ -223,10 +231,12 @@ class ModelServer:
         if models and not any_ready:
             raise NoModelReady(models)
 
-    async def _serve(self, sockets: Optional[List[socket.socket]] = None, reuse_port: bool = False) -> None:
+    async def _serve(self, sockets: Optional[List[socket.socket]] = None, reuse_port: bool = False,
+                     control_dir: str = "") -> None:
         loop = asyncio.get_running_loop()
         loop.set_default_executor(ThreadPoolExecutor(max_workers=self.max_asyncio_workers,
-                                                     thread_name_prefix="model"))
+                                                     thread_name_prefix="default"))
+        executor.configure(self.max_asyncio_workers)
         self._stopping = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
             loop.add_signal_handler(sig, self.stop, sig)
@@ -234,6 +244,8 @@ class ModelServer:
             model.start()
             if model.engine:
                 await model.start_engine()
+        if control_dir:
+            await self._share_repository_changes(control_dir)
         self._start_http(sockets)
         if self.enable_grpc:
             await self._start_grpc(reuse_port)
@@ -241,6 +253,34 @@ class ModelServer:
                     f" and gRPC on port {self.grpc_port}" if self.enable_grpc else "")
         await self._stopping.wait()
         await self._shutdown()
+
+    async def _share_repository_changes(self, control_dir: str) -> None:
+        """With workers: replay the changes made so far, apply siblings' changes when signalled, and
+        pass this worker's changes on (waiting until every worker has them)."""
+        from .workers import ControlChannel
+
+        channel, lock = ControlChannel(control_dir), asyncio.Lock()
+
+        async def apply_unseen() -> None:
+            async with lock:
+                for key, op, name, origin in channel.unseen():
+                    if origin != os.getpid():
+                        try:
+                            await (self.dataplane.load_here(name) if op == "load" else self.dataplane.unload_here(name))
+                        except Exception as e:  # the originating worker reported it to its client
+                            logger.warning("applying %s of model %s from worker %s: %s", op, name, origin, e)
+                    channel.applied = key
+                channel.acknowledge()
+
+        async def publish(op: str, name: str) -> None:
+            key = channel.publish(op, name)
+            deadline = time.monotonic() + 10
+            while not channel.all_acknowledged(key) and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
+
+        await apply_unseen()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, lambda: asyncio.ensure_future(apply_unseen()))
+        self.dataplane.repository_hook = publish
 
     def _start_http(self, sockets: Optional[List[socket.socket]]) -> None:
         ssl_options = None

@@ -22,10 +22,11 @@ _MAX_QUICK_EXITS = 5
 class Supervisor:
     """Runs ``serve`` in ``count`` forked workers until SIGTERM/SIGINT, then waits for them to drain."""
 
-    def __init__(self, count: int, serve: Callable[[], None], grace_period: float):
+    def __init__(self, count: int, serve: Callable[[], None], grace_period: float, control_dir: str = ""):
         self.count = count
         self.serve = serve
         self.grace_period = grace_period
+        self.control_dir = control_dir
         self.children: Dict[int, float] = {}  # pid -> start time
         self.stopping = False
         self.quick_exits = 0
@@ -34,6 +35,7 @@ class Supervisor:
         """Fork the workers and supervise them; returns when all have exited after a stop."""
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
             signal.signal(sig, self._on_signal)
+        signal.signal(signal.SIGUSR1, lambda sig, frame: self._signal_all(signal.SIGUSR1))
         for _ in range(self.count):
             self._spawn()
         logger.info("Started %d workers: %s", self.count, sorted(self.children))
@@ -55,8 +57,8 @@ class Supervisor:
     def _spawn(self) -> None:
         pid = os.fork()
         if pid == 0:  # the worker
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
-                signal.signal(sig, signal.SIG_DFL)
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1):
+                signal.signal(sig, signal.SIG_DFL if sig != signal.SIGUSR1 else signal.SIG_IGN)
             code = 0
             try:
                 self.serve()
@@ -66,11 +68,20 @@ class Supervisor:
             finally:
                 os._exit(code)
         self.children[pid] = time.monotonic()
+        self._write_workers()
+
+    def _write_workers(self) -> None:
+        if self.control_dir:
+            path = os.path.join(self.control_dir, "workers")
+            with open(path + ".tmp", "w") as f:
+                f.write(" ".join(str(pid) for pid in self.children))
+            os.replace(path + ".tmp", path)
 
     def _reap(self, pid: int, status: int) -> None:
         started = self.children.pop(pid, None)
         if started is None:
             return
+        self._write_workers()
         metrics.worker_exited(pid)
         if self.stopping:
             return
@@ -150,3 +161,66 @@ def accept_balanced(server, sockets, busy: Callable[[], int]) -> None:
 
     for sock in sockets:
         watch(sock)
+
+
+class ControlChannel:
+    """Repository changes (load / unload) shared by all workers through a directory.
+
+    The worker that performs a change writes it as a command file and signals the parent (SIGUSR1),
+    which signals every worker; each applies the commands it has not seen, in order, and acknowledges
+    the newest one. The originating worker answers its client once every live worker has acknowledged,
+    so the next call finds the change on whichever worker it reaches. A replaced worker replays the log.
+    """
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self.applied = ""  # name of the newest command applied by this process
+
+    def publish(self, op: str, name: str) -> str:
+        """Record a change made by this worker; returns its sequence key."""
+        import json
+
+        key = f"{time.time_ns():020d}-{os.getpid()}"
+        path = os.path.join(self.directory, f"cmd-{key}.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump({"op": op, "name": name, "origin": os.getpid()}, f)
+        os.replace(path + ".tmp", path)
+        self.applied = max(self.applied, key)
+        self.acknowledge()
+        os.kill(os.getppid(), signal.SIGUSR1)
+        return key
+
+    def unseen(self) -> list:
+        """Commands newer than the last one applied here, oldest first: [(key, op, name, origin)]."""
+        import json
+
+        out = []
+        for entry in sorted(os.listdir(self.directory)):
+            if entry.startswith("cmd-") and entry.endswith(".json") and entry[4:-5] > self.applied:
+                with open(os.path.join(self.directory, entry)) as f:
+                    doc = json.load(f)
+                out.append((entry[4:-5], doc["op"], doc["name"], doc["origin"]))
+        return out
+
+    def acknowledge(self) -> None:
+        """Say which command this worker has applied up to."""
+        path = os.path.join(self.directory, f"ack-{os.getpid()}")
+        with open(path + ".tmp", "w") as f:
+            f.write(self.applied)
+        os.replace(path + ".tmp", path)
+
+    def all_acknowledged(self, key: str) -> bool:
+        """Whether every live worker has applied the command ``key``."""
+        try:
+            with open(os.path.join(self.directory, "workers")) as f:
+                pids = f.read().split()
+        except FileNotFoundError:
+            return True
+        for pid in pids:
+            try:
+                with open(os.path.join(self.directory, f"ack-{pid}")) as f:
+                    if f.read() < key:
+                        return False
+            except FileNotFoundError:
+                return False
+        return True

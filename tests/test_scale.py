@@ -221,3 +221,30 @@ def test_grpc_answers_in_every_worker_and_dead_workers_are_replaced(start_server
     assert time.monotonic() - killed_at < 5
     assert failures == 0 and victim not in answered_by
     assert f"worker {victim} exited (killed by signal 9); starting a new one" in server.log()
+
+
+def test_load_and_unload_reach_every_worker(start_server):
+    server = start_server("tests/models/scale.py", "--workers", "2", env={"SCALE_MODELS": "sleepy"})
+    client = thttp.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+
+    def answers():  # a new connection each time, so both workers are asked
+        got = set()
+        for _ in range(30):
+            status, _, body = post_json(server.http_port, "/v1/models/good-everywhere:predict", {"instances": [0]})
+            got.add((status, body["predictions"][0] if status == 200 else body["error"]))
+        return got
+
+    client.load_model("good-everywhere")
+    answered = answers()
+    assert {status for status, _ in answered} == {200}
+    assert {pid for _, pid in answered} == _worker_pids(server)  # both workers have the model
+    victim = sorted(_worker_pids(server))[0]
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while (victim in _worker_pids(server) or len(_worker_pids(server)) < 2) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the new worker replays the repository changes before it serves
+    assert {status for status, _ in answers()} == {200}  # the replacement replayed the load
+    client.unload_model("good-everywhere")
+    assert answers() == {(404, "Model with name good-everywhere does not exist.")}
+    client.close()
