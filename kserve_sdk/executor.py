@@ -7,6 +7,7 @@ due to look: one wake-up collects every call that finished meanwhile.
 """
 import asyncio
 import collections
+import queue
 import threading
 from typing import Any, Callable, Deque, Optional, Tuple
 
@@ -20,8 +21,7 @@ class LoopExecutor:
     def __init__(self, loop: asyncio.AbstractEventLoop, max_workers: int):
         self._loop = loop
         self._max_workers = max_workers
-        self._jobs: "collections.deque" = collections.deque()
-        self._has_jobs = threading.Semaphore(0)
+        self._jobs: "queue.SimpleQueue" = queue.SimpleQueue()  # C-level hand-off, no Python Condition
         self._threads: list = []
         self._idle = 0
         self._idle_lock = threading.Lock()
@@ -31,14 +31,13 @@ class LoopExecutor:
     def run(self, fn: Callable, *args: Any) -> asyncio.Future:
         """Run ``fn(*args)`` on a pool thread; the returned future resolves on the loop."""
         future = self._loop.create_future()
-        self._jobs.append((future, fn, args))
         with self._idle_lock:
             spawn = self._idle == 0 and len(self._threads) < self._max_workers
             if not spawn:
                 self._idle -= 1  # this job will wake an idle thread
+        self._jobs.put((future, fn, args))
         if spawn:
             self._start_thread()
-        self._has_jobs.release()
         return future
 
     def _start_thread(self) -> None:
@@ -49,8 +48,7 @@ class LoopExecutor:
     def _work(self) -> None:
         # A new thread takes the job that started it; afterwards it counts as idle between jobs.
         while True:
-            self._has_jobs.acquire()
-            future, fn, args = self._jobs.popleft()
+            future, fn, args = self._jobs.get()
             if not future.cancelled():
                 try:
                     result, ok = fn(*args), True

@@ -23,6 +23,23 @@ KSERVE_TRACE_LOGGER_FORMAT = "%(asctime)s.%(msecs)03d %(process)s %(name)s %(mes
 KSERVE_LOGGER_DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
+class Formatter(logging.Formatter):
+    """logging.Formatter that formats each second's date and time once: the server writes a latency
+    line and an access line per request, and ``time.strftime`` was a visible part of their cost."""
+
+    _cached_second = -1
+    _cached_text = ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: Optional[str] = None) -> str:
+        second = int(record.created)
+        if second != self._cached_second or datefmt != self._cached_fmt:
+            self._cached_second, self._cached_fmt = second, datefmt
+            self._cached_text = super().formatTime(record, datefmt)
+        return self._cached_text
+
+    _cached_fmt: Optional[str] = None
+
+
 def _logger_config(handler: str, level: str) -> Dict:
     return {"handlers": [handler], "level": level, "propagate": False}
 
@@ -31,8 +48,10 @@ KSERVE_LOG_CONFIG: Dict = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "kserve": {"format": KSERVE_LOGGER_FORMAT, "datefmt": KSERVE_LOGGER_DATE_FORMAT},
-        "kserve_trace": {"format": KSERVE_TRACE_LOGGER_FORMAT, "datefmt": KSERVE_LOGGER_DATE_FORMAT},
+        "kserve": {"()": "kserve_sdk.logging.Formatter", "fmt": KSERVE_LOGGER_FORMAT,
+                   "datefmt": KSERVE_LOGGER_DATE_FORMAT},
+        "kserve_trace": {"()": "kserve_sdk.logging.Formatter", "fmt": KSERVE_TRACE_LOGGER_FORMAT,
+                         "datefmt": KSERVE_LOGGER_DATE_FORMAT},
     },
     "handlers": {
         "kserve": {"formatter": "kserve", "class": "logging.StreamHandler", "stream": "ext://sys.stderr"},

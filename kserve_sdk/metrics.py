@@ -68,18 +68,30 @@ def worker_exited(pid: int) -> None:
         multiprocess.mark_process_dead(pid)
 
 
+_children: Dict[tuple, object] = {}
+
+
+def _child(metric, *labels: str):
+    """``metric.labels(*labels)``, remembered: labels() takes a lock and builds a key on every call."""
+    key = (id(metric), labels)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*labels)
+    return child
+
+
 def observe_stages(model_name: str, timings: Dict[str, float]) -> None:
     """Record a pipeline's stage durations (milliseconds) into KServe's four histograms."""
     if _m is None:
         return
     for key, ms in timings.items():
-        _m.stages[key].labels(model_name).observe(ms / 1000.0)
+        _child(_m.stages[key], model_name).observe(ms / 1000.0)
 
 
 def request_started(protocol: str) -> None:
     """A request began (the in-flight gauge)."""
     if _m is not None:
-        _m.in_flight.labels(protocol).inc()
+        _child(_m.in_flight, protocol).inc()
 
 
 def request_finished(model_name: str, protocol: str, endpoint: str, status: str, seconds: float,
@@ -88,9 +100,9 @@ def request_finished(model_name: str, protocol: str, endpoint: str, status: str,
     if _m is None:
         return
     if started:
-        _m.in_flight.labels(protocol).dec()
-    _m.requests.labels(model_name, protocol, endpoint, status).inc()
-    _m.latency.labels(model_name, protocol, endpoint, status).observe(seconds)
+        _child(_m.in_flight, protocol).dec()
+    _child(_m.requests, model_name, protocol, endpoint, status).inc()
+    _child(_m.latency, model_name, protocol, endpoint, status).observe(seconds)
 
 
 def stream_finished(model_name: str, protocol: str, responses: int, first_response_s: Optional[float]) -> None:

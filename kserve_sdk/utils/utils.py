@@ -1,6 +1,7 @@
 """KServe's ``kserve.utils.utils`` helpers that custom models use."""
 import os
-import uuid
+# Request ids need to be unique, not secret: the global generator (re-seeded in every forked worker).
+from random import getrandbits as _getrandbits
 from typing import Dict, List, Optional, Union
 
 import numpy as np
@@ -12,8 +13,11 @@ from ..protocol.infer_type import InferOutput, InferRequest, InferResponse
 
 
 def generate_uuid() -> str:
-    """A new random request id."""
-    return str(uuid.uuid4())
+    """A new random request id (a version-4 UUID string)."""
+    # Same result as str(uuid.uuid4()) at a fraction of the cost: one call for 128 random bits.
+    n = (_getrandbits(128) & ~(0xF000 << 64) | (0x4000 << 64)) & ~(0xC << 60) | (0x8 << 60)
+    h = f"{n:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def strtobool(val: str) -> bool:
