@@ -290,7 +290,8 @@ class ModelServer:
             ssl_options = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             ssl_options.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
         app = make_app(self.dataplane, access_log_format=self.access_log_format,
-                       enable_docs_url=self.enable_docs_url, enable_gzip=args.enable_gzip)
+                       enable_docs_url=self.enable_docs_url, enable_gzip=args.enable_gzip,
+                       max_body_size=self.max_body_size)
         server = HTTPServer(app, ssl_options=ssl_options, max_body_size=self.max_body_size,
                             idle_connection_timeout=self.timeout_keep_alive, decompress_request=True)
         if sockets is None:

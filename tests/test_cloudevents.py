@@ -23,9 +23,9 @@ V2_OUT = [{"name": "OUTPUT0", "datatype": "INT32", "shape": [1, 2], "data": [7, 
 REQUEST_TIME = "2020-01-02T03:04:05Z"
 
 
-@pytest.fixture(scope="module")
-def ce(start_server):
-    return start_server("tests/models/zoo.py", env=MODELS, grpc=False)
+@pytest.fixture(scope="module", params=["1", "2"], ids=["workers1", "workers2"])
+def ce(start_server, request):
+    return start_server("tests/models/zoo.py", "--workers", request.param, env=MODELS, grpc=False)
 
 
 @pytest.fixture(scope="module")

@@ -128,3 +128,25 @@ def test_empty_tensor(client, binary):
     result = client.infer("echo", [tensor], outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary)])
     out = result.as_numpy("OUTPUT0")
     assert out.shape == (0, 4) and out.dtype == np.float32
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_requests_and_responses(client, algorithm):
+    data = _sample("FP32")
+    tensor = httpclient.InferInput("INPUT0", list(data.shape), "FP32")
+    tensor.set_data_from_numpy(data, binary_data=False)
+    result = client.infer("echo", [tensor], request_compression_algorithm=algorithm,
+                          response_compression_algorithm=algorithm)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
+
+
+def test_deflate_bomb_and_garbage_are_refused(zoo):
+    import zlib
+
+    from rawhttp import request
+
+    bomb = zlib.compress(b"0" * (101 * 1024 * 1024))
+    status, _, body = request(zoo.http_port, "POST", "/v2/models/echo/infer", bomb, {"Content-Encoding": "deflate"})
+    assert status == 413 and b"inflates to more than" in body
+    status, _, body = request(zoo.http_port, "POST", "/v2/models/echo/infer", b"not deflate", {"Content-Encoding": "deflate"})
+    assert status == 400 and b"not valid deflate data" in body

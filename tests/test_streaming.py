@@ -252,3 +252,34 @@ def test_metrics_show_streams(server):
     assert 'kserve_streams_total{model_name="tokens",protocol="grpc"}' in text
     assert 'kserve_stream_first_response_seconds_count{model_name="tokens",protocol="rest_v2"}' in text
     assert 'kserve_stream_responses_bucket' in text
+
+
+def test_grpc_disconnect_cancels_the_generator(server):
+    before = set(os.listdir(server.markers))
+    results: "queue.Queue" = queue.Queue()
+    client = tgrpc.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    tensor = tgrpc.InferInput("text", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([" ".join(["w"] * 50).encode()], dtype=np.object_))
+    client.async_stream_infer("tokens", [tensor], request_id="long", parameters={"delay_ms": 200})
+    result, error = results.get(timeout=20)
+    assert error is None and result.get_response().id == "long"
+    client.stop_stream(cancel_requests=True)  # the client goes away mid-stream
+    closed_at = time.time()
+    client.close()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not (set(os.listdir(server.markers)) - before):
+        time.sleep(0.02)
+    new = set(os.listdir(server.markers)) - before
+    assert len(new) == 1
+    assert float(open(os.path.join(server.markers, new.pop())).read()) - closed_at < 1.0
+
+
+def test_grpc_empty_stream_ends_cleanly(server):
+    results: "queue.Queue" = queue.Queue()
+    client = tgrpc.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    client.stop_stream()
+    client.close()
+    assert results.empty()
+    assert httpx.get(f"{server.url}/v2/health/ready").status_code == 200

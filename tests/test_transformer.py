@@ -16,9 +16,10 @@ def predictor(start_server):
     return start_server("samples/custom_model/model.py", "--model_name", "iris", grpc=False)
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
 @pytest.mark.parametrize("protocol", ["v1", "v2"])
-def test_transformer_forwards(start_server, predictor, protocol):
-    transformer = start_server("samples/transformer/model.py", "--model_name", "iris",
+def test_transformer_forwards(start_server, predictor, protocol, workers):
+    transformer = start_server("samples/transformer/model.py", "--model_name", "iris", "--workers", workers,
                                "--predictor_host", f"127.0.0.1:{predictor.http_port}",
                                "--predictor_protocol", protocol, grpc=False)
     if protocol == "v1":

@@ -1,12 +1,13 @@
 """What every HTTP handler shares: JSON answers, the ``{"error": ...}`` shape, request headers."""
 import logging
+import zlib
 from typing import Any, Dict, Optional, Tuple
 
 from tornado.web import HTTPError, RequestHandler
 
 from ..dataplane import DataPlane
 from .. import metrics
-from ..errors import status_of
+from ..errors import InvalidInput, PayloadTooLarge, status_of
 from ..logging import logger
 from ..protocol.rest_codec import dumps
 from .cloudevents import encode_cloudevent
@@ -26,6 +27,24 @@ class BaseHandler(RequestHandler):
     def prepare(self) -> None:
         metrics.request_started(self.protocol)
         self.in_flight_counted = True
+        if self.request.headers.get("Content-Encoding", "").lower() == "deflate":
+            self._inflate_body()
+
+    def _inflate_body(self) -> None:
+        """Undo ``Content-Encoding: deflate`` (Tornado itself only undoes gzip), bounded by the body limit."""
+        limit = self.application.settings.get("max_body_size") or 100 * 1024 * 1024
+        for wbits in (zlib.MAX_WBITS, -zlib.MAX_WBITS):  # zlib-wrapped (the standard), then raw deflate
+            inflater = zlib.decompressobj(wbits)
+            try:
+                body = inflater.decompress(self.request.body, limit + 1)
+            except zlib.error:
+                continue
+            if len(body) > limit or inflater.unconsumed_tail:
+                raise PayloadTooLarge(f"the request body inflates to more than {limit} bytes")
+            self.request.body = body
+            del self.request.headers["Content-Encoding"]
+            return
+        raise InvalidInput("the request body is not valid deflate data")
 
     def compute_etag(self) -> Optional[str]:
         # Inference answers are never cached; hashing every body would only cost time.

@@ -52,7 +52,7 @@ _VERSION = r"(?:/versions/([^/]+))?"
 
 
 def make_app(dataplane: DataPlane, access_log_format: Optional[str] = None, enable_docs_url: bool = False,
-             enable_gzip: bool = True,
+             enable_gzip: bool = True, max_body_size: Optional[int] = None,
              **settings: Any) -> Application:
     """A Tornado application serving KServe v1 and Open Inference Protocol v2 REST."""
     ctx: Dict[str, Any] = {"dataplane": dataplane}
@@ -84,5 +84,6 @@ def make_app(dataplane: DataPlane, access_log_format: Optional[str] = None, enab
         default_handler_args=ctx,
         compress_response=enable_gzip,
         log_function=request_logger(dataplane, access_log_format),
+        max_body_size=max_body_size,
         **settings,
     )

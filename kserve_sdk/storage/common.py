@@ -1,0 +1,162 @@
+"""What every storage scheme shares: the error type, URI redaction, optional SDK imports, file selection."""
+import fnmatch
+import importlib
+import os
+import re
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+Patterns = Optional[Union[str, Sequence[str]]]
+
+# Query parameters whose values are secrets (Azure SAS signatures, presigned S3/GCS URLs, tokens).
+_SECRET_PARAM = re.compile(r"sig|signature|token|secret|password|passwd|key|credential|auth", re.IGNORECASE)
+
+
+class StorageError(RuntimeError):
+    """The model at ``STORAGE_URI`` could not be made available locally.
+
+    ``cause`` says why on one line; ``uri`` (redacted) is added when known.
+    """
+
+    def __init__(self, cause: str, uri: Optional[str] = None):
+        self.cause = one_line(cause)
+        self.uri = uri
+        super().__init__(f"cannot download {redact(uri)}: {self.cause}" if uri else self.cause)
+
+
+class UnsupportedStorage(StorageError):
+    """The ``STORAGE_URI`` scheme is not one this server can read."""
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def redact(uri: Optional[str]) -> str:
+    """``uri`` without the password of its user info nor the values of secret-looking query parameters."""
+    if not uri:
+        return ""
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return "<unparsable URI>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:***@{host}" if ":" in userinfo else f"***@{host}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if pairs:
+            query = urlencode([(k, "***" if _SECRET_PARAM.search(k) else v) for k, v in pairs], safe="*")
+        else:
+            query = "***"
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def require(module: str, extra: str, package: str):
+    """Import an optional SDK, or fail naming the extra that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise StorageError(f"{extra} URIs need the {package} package, which is not installed ({e}); "
+                           f"run: pip install kserve-sdk[{extra}]") from e
+
+
+def _as_list(patterns: Patterns) -> List[str]:
+    if not patterns:
+        return []
+    return [patterns] if isinstance(patterns, str) else list(patterns)
+
+
+def selected(relpath: str, allow_patterns: Patterns = None, ignore_patterns: Patterns = None) -> bool:
+    """Whether a file (path relative to the model root, ``/``-separated) is kept, as in
+    huggingface_hub: it must match one of ``allow_patterns`` (when given) and none of ``ignore_patterns``."""
+    allow, ignore = _as_list(allow_patterns), _as_list(ignore_patterns)
+    if allow and not any(fnmatch.fnmatch(relpath, p) for p in allow):
+        return False
+    return not any(fnmatch.fnmatch(relpath, p) for p in ignore)
+
+
+def safe_relpath(relpath: str) -> str:
+    """An object name below the model root as a local relative path; names that would land outside
+    it (``..``, absolute) are refused, since a bucket's listing is not trusted more than an archive."""
+    parts = [p for p in relpath.replace("\\", "/").split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        raise StorageError(f"refusing object name {relpath!r}: it points outside the model directory")
+    return os.path.join(*parts)
+
+
+def objects_below(names: Iterable[Tuple[str, int]], prefix: str, allow_patterns: Patterns,
+                  ignore_patterns: Patterns) -> List[Tuple[str, str, int]]:
+    """(object name, local relative path, size) of what ``prefix`` designates in a flat listing.
+
+    An object named exactly ``prefix`` is a single file (kept under its base name); otherwise
+    ``prefix`` is a folder and every object below it keeps its path relative to it. Folder
+    placeholder objects (names ending in ``/``) are skipped.
+    """
+    names = list(names)
+    if prefix and not prefix.endswith("/"):
+        for name, size in names:
+            if name == prefix:
+                base = name.rsplit("/", 1)[-1]
+                return [(name, safe_relpath(base), size)] if selected(base, allow_patterns, ignore_patterns) else []
+    folder = prefix if not prefix or prefix.endswith("/") else prefix + "/"
+    chosen = []
+    for name, size in names:
+        if not name.startswith(folder) or name.endswith("/"):
+            continue
+        rel = name[len(folder):]
+        if selected(rel, allow_patterns, ignore_patterns):
+            chosen.append((name, safe_relpath(rel), size))
+    return chosen
+
+
+def env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def download_all(files: List[Tuple[str, str, int]], dest: str, fetch_one: Callable[[str, str], None],
+                 describe: Callable[[Exception], str]) -> None:
+    """Fetch ``files`` (name, relative path, size) into ``dest`` on a few threads; the first failure
+    cancels what has not started and is raised as a StorageError. Sizes are checked against the listing."""
+    for _, rel, _ in files:  # every folder exists before any thread writes
+        os.makedirs(os.path.dirname(os.path.join(dest, rel)) or dest, exist_ok=True)
+
+    def one(name: str, rel: str, size: int) -> None:
+        path = os.path.join(dest, rel)
+        fetch_one(name, path)
+        got = os.path.getsize(path)
+        if size is not None and got != size:
+            raise StorageError(f"{name}: received {got} bytes, the listing says {size}")
+
+    workers = max(1, min(env_int("KSERVE_SDK_STORAGE_CONCURRENCY", 8), len(files)))
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kserve-storage")
+    try:
+        futures = [pool.submit(one, *f) for f in files]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        for future in futures:
+            if future.done() and future.exception() is not None:
+                error = future.exception()
+                if isinstance(error, StorageError):
+                    raise error
+                raise StorageError(describe(error)) from error
+    except Exception:
+        pool.shutdown(wait=True, cancel_futures=True)  # nothing writes into dest once this returns
+        raise
+    except BaseException:  # SIGTERM / Ctrl-C: do not wait for transfers in flight
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
