@@ -283,3 +283,17 @@ def test_grpc_empty_stream_ends_cleanly(server):
     client.close()
     assert results.empty()
     assert httpx.get(f"{server.url}/v2/health/ready").status_code == 200
+
+
+def test_cloudevents_on_streaming_endpoints(server):
+    ce = {"ce-specversion": "1.0", "ce-id": "req-1", "ce-source": "tests", "ce-type": "prompt",
+          "content-type": "application/json"}
+    response = httpx.post(f"{server.url}/v2/models/tokens/generate_stream", json={"text_input": "a b"}, headers=ce)
+    assert response.status_code == 200
+    assert response.headers["ce-type"] == "io.kserve.inference.response"
+    assert response.headers["ce-source"] == "io.kserve.inference.tokens"
+    assert response.headers["ce-id"] != "req-1"
+    assert response.text.count("data: ") == 2
+    unary = httpx.post(f"{server.url}/v2/models/tokens/generate", json={"text_input": "a b"}, headers=ce)
+    assert unary.status_code == 200 and unary.headers["ce-type"] == "io.kserve.inference.response"
+    assert unary.json()["text_output"] == "a b"

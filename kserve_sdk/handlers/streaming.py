@@ -5,15 +5,18 @@ An error before the first response is an ordinary HTTP error; after it, a final 
 ``data: {"error": "..."}`` ends the stream cleanly. A client that goes away cancels the model's generator.
 """
 import asyncio
-from typing import Any, AsyncIterator, Callable, Dict, Optional
+from typing import Any, AsyncIterator, Callable, Dict, Optional, Tuple
+
+from orjson import loads as orjson_loads
 
 from tornado.iostream import StreamClosedError
 
-from ..errors import status_of
+from ..errors import InvalidInput, status_of
 from ..protocol.generate import is_tensor_request, merge_generate, to_generate_json
 from ..protocol.infer_type import InferResponse
 from ..protocol.rest_codec import dumps, encode_infer_response, infer_request_from_dict, loads_json
 from .base import BaseHandler
+from .cloudevents import decode_cloudevent, encode_cloudevent
 
 _EMPTY = object()
 
@@ -71,14 +74,26 @@ class StreamingHandler(BaseHandler):
         await self.flush()
 
 
-class InferStreamHandler(StreamingHandler):
+class _GenerateBody:
+    """What generate / stream handlers share: the request document, from plain JSON or a CloudEvent."""
+
+    def request_document(self: BaseHandler) -> Tuple[Any, Optional[tuple]]:
+        event = decode_cloudevent(self.request.body, self.request.headers)
+        if event is None:
+            return loads_json(self.request.body), None
+        if not isinstance(event[0], dict):
+            raise InvalidInput("the CloudEvent's data must be a JSON object for this endpoint")
+        return event[0], event
+
+
+class InferStreamHandler(StreamingHandler, _GenerateBody):
     """``POST /v2/models/<m>[/versions/<v>]/infer_stream`` and ``/generate_stream``: one event per response."""
 
     endpoint = "infer_stream"
 
     async def post(self, name: str, version: Optional[str] = None) -> None:
         await self.dataplane.ready_model(name)
-        doc = loads_json(self.request.body)
+        doc, event = self.request_document()
         tensor_form = is_tensor_request(doc)
         request = infer_request_from_dict(doc, name, b"", None) if tensor_form else doc
         if tensor_form:
@@ -93,6 +108,9 @@ class InferStreamHandler(StreamingHandler):
                 return encode_infer_response(item, json_only=True)[0]
             return dumps(item if tensor_form else to_generate_json(item, name, version))
 
+        if event is not None:  # the stream's attributes as a binary-mode CloudEvent; each event stays JSON
+            ce_headers = encode_cloudevent({}, event[1], "binary", name)[1]
+            response_headers.update({k: v for k, v in ce_headers.items() if k.lower().startswith("ce-")})
         await self.send_stream(items, encode, sse_event, "text/event-stream", response_headers)
 
 
@@ -102,14 +120,14 @@ class GenerateStreamHandler(InferStreamHandler):
     endpoint = "generate_stream"
 
 
-class GenerateHandler(BaseHandler):
+class GenerateHandler(BaseHandler, _GenerateBody):
     """``POST /v2/models/<m>[/versions/<v>]/generate``: one response; a streaming model's responses merged."""
 
     endpoint = "generate"
 
     async def post(self, name: str, version: Optional[str] = None) -> None:
         await self.dataplane.ready_model(name)
-        doc = loads_json(self.request.body)
+        doc, event = self.request_document()
         tensor_form = is_tensor_request(doc)
         request = infer_request_from_dict(doc, name, b"", None) if tensor_form else doc
         response_headers: Dict[str, str] = {}
@@ -119,6 +137,8 @@ class GenerateHandler(BaseHandler):
             body = encode_infer_response(items[0], json_only=True)[0]
         else:
             body = dumps(merge_generate([to_generate_json(item, name, version) for item in items]))
+        if event is not None:
+            return self.send_cloudevent(orjson_loads(body), event, name, response_headers)
         self.send_body(body, headers=response_headers)
 
 
