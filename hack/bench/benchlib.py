@@ -178,7 +178,7 @@ def grpc_ready(target):
     import grpc
     from tritonclient.grpc import service_pb2
     try:
-        with grpc.insecure_channel(f"{HOST}:{target.port}") as ch:
+        with grpc.insecure_channel(f"{HOST}:{target.grpc_port or target.port}") as ch:
             call = ch.unary_unary("/inference.GRPCInferenceService/ServerReady",
                                   request_serializer=service_pb2.ServerReadyRequest.SerializeToString,
                                   response_deserializer=service_pb2.ServerReadyResponse.FromString)
@@ -197,6 +197,8 @@ class Target:
     env: dict = field(default_factory=dict)
     cwd: str = REPO
     port: int = 0                                      # the port under test (HTTP or gRPC)
+    http_port: int = 0
+    grpc_port: int = 0
     ready: Callable = None                             # ready(target) -> bool
     unsupported: dict = field(default_factory=dict)   # case name -> reason
     unavailable: str = ""                              # whole target skipped: why
@@ -256,17 +258,24 @@ def venv_version(python, dist):
     return r.stdout.strip() if r.returncode == 0 else None
 
 
-def build_targets(names, args, workdir, proto, unsupported=None):
-    """proto 'http' or 'grpc': which port is benched and how readiness is probed.
+def build_targets(names, args, workdir, proto, unsupported=None, *, model=MODEL,
+                  model_script="addone_model.py", mlserver_dir="mlserver_addone"):
+    """proto 'http', 'grpc' or 'both': which port is benched (target.port; 'both' benches
+    target.http_port and target.grpc_port, port is the HTTP one), whether gRPC is enabled and how
+    readiness is probed.
 
-    unsupported: {target name: {case name: reason}}.
+    unsupported: {target name: {case name: reason}}. model_script (for ours/kserve) and mlserver_dir
+    (for mlserver) are in hack/bench/ and serve the model named ``model``.
     """
+    if proto not in ("http", "grpc", "both"):
+        raise ValueError(f"proto must be http, grpc or both, not {proto!r}")
     grpc = proto == "grpc"
+    use_grpc = proto in ("grpc", "both")
     unsupported = unsupported or {}
     targets = []
     for name in names:
         http_port, grpc_port, metrics_port = free_ports(3)
-        t = Target(name, port=grpc_port if grpc else http_port,
+        t = Target(name, port=grpc_port if grpc else http_port, http_port=http_port, grpc_port=grpc_port,
                    unsupported=dict(unsupported.get(name, {})))
         if name == "bare":
             if grpc:
@@ -279,11 +288,14 @@ def build_targets(names, args, workdir, proto, unsupported=None):
                 t.desc = "tornado+orjson+numpy, 1 process"
             t.ready = grpc_ready if grpc else http_ready("/v2/health/ready")
         elif name in ("ours", "kserve"):
-            model_args = [os.path.join(HERE, "addone_model.py"), "--model_name", MODEL,
+            model_args = [os.path.join(HERE, model_script), "--model_name", model,
                           "--http_port", str(http_port), "--grpc_port", str(grpc_port),
-                          "--enable_grpc", "true" if grpc else "false"]
-            t.ready = grpc_ready if grpc else http_ready("/v2/health/ready", f"/v1/models/{MODEL}")
-            flags = "--enable_grpc true" if grpc else "default flags"
+                          "--enable_grpc", "true" if use_grpc else "false"]
+            ready_http = http_ready("/v2/health/ready", f"/v1/models/{model}", port=http_port)
+            t.ready = grpc_ready if grpc else ready_http
+            if proto == "both":
+                t.ready = lambda tgt, _h=ready_http: _h(tgt) and grpc_ready(tgt)
+            flags = "--enable_grpc true" if use_grpc else "default flags"
             if name == "ours":
                 t.env = {"BENCH_IMPL": "ours", "PYTHONPATH": REPO}
                 t.cmd = [args.python] + model_args
@@ -306,8 +318,8 @@ def build_targets(names, args, workdir, proto, unsupported=None):
                 if os.path.exists(exe) else None
             if ver is None:
                 t.unavailable = f"no mlserver in {args.venvs}/mlserver: run hack/bench/setup_peers.sh"
-            mdir = os.path.join(workdir, "mlserver_addone")
-            shutil.copytree(os.path.join(HERE, "mlserver_addone"), mdir,
+            mdir = os.path.join(workdir, mlserver_dir)
+            shutil.copytree(os.path.join(HERE, mlserver_dir), mdir,
                             ignore=shutil.ignore_patterns("__pycache__"))
             with open(os.path.join(mdir, "settings.json")) as f:
                 settings = json.load(f)
@@ -319,8 +331,8 @@ def build_targets(names, args, workdir, proto, unsupported=None):
             t.cwd = mdir   # MLServer writes .metrics/.envs under its cwd
             # MLServer starts gRPC and REST together; the model-ready REST route
             # is the one that waits for the model to load.
-            ready_http = http_ready(f"/v2/models/{MODEL}/ready", port=http_port)
-            t.ready = (lambda tgt: ready_http(tgt) and grpc_ready(tgt)) if grpc else ready_http
+            ready_http = http_ready(f"/v2/models/{model}/ready", port=http_port)
+            t.ready = (lambda tgt: ready_http(tgt) and grpc_ready(tgt)) if use_grpc else ready_http
             t.desc = f"mlserver {ver}, parallel_workers={settings.get('parallel_workers')}"
         else:
             raise SystemExit(f"unknown target {name!r}; known: {', '.join(ALL_TARGETS)}")
@@ -408,10 +420,15 @@ def fmt(v, spec):
     return "-" if v is None else format(v, spec)
 
 
-def print_table(rows, targets, cases, err_cols):
-    """err_cols: [(key in Row.errors, header)], printed between p99 and peak MiB."""
+def print_table(rows, targets, cases, err_cols, *, base="bare", headers=("req/s", "p50 ms", "p99 ms")):
+    """err_cols: [(key in Row.errors, header)], printed between p99 and peak MiB.
+
+    base: the target the rate of every other target is divided by in the ratio table.
+    headers: the titles of Row.rps, Row.p50 and Row.p99.
+    """
+    rate_h, p50_h, p99_h = headers
     print()
-    hdr = f"{'target':<9} {'case':<15} {'conc':>4} {'req/s':>9} {'p50 ms':>9} {'p99 ms':>9} " + \
+    hdr = f"{'target':<9} {'case':<15} {'conc':>4} {rate_h:>9} {p50_h:>9} {p99_h:>9} " + \
           "".join(f"{h:>8}" for _, h in err_cols) + f" {'peak MiB':>9}"
     print(hdr)
     print("-" * len(hdr))
@@ -434,20 +451,20 @@ def print_table(rows, targets, cases, err_cols):
         print("notes:")
         print("\n".join(notes))
         print()
-    print("req/s ratio to bare (same run):")
-    others = [t for t in targets if t.name != "bare"]
+    print(f"{rate_h} ratio to {base} (same run):")
+    others = [t for t in targets if t.name != base]
     print(f"{'case':<15} {'conc':>4} " + " ".join(f"{t.name:>9}" for t in others))
     for case in cases:
-        base = rows.get(("bare", case.key))
+        base_row = rows.get((base, case.key))
         cells = []
         for t in others:
             r = rows[(t.name, case.key)]
-            if base is None or base.rps is None:
-                cells.append(f"{'no bare':>9}")
+            if base_row is None or base_row.rps is None:
+                cells.append(f"{'no ' + base:>9}")
             elif r.rps is None:
                 cells.append(f"{'n/a':>9}")
             else:
-                cells.append(f"{r.rps / base.rps:>9.2f}")
+                cells.append(f"{r.rps / base_row.rps:>9.2f}")
         print(f"{case.name:<15} {case.conc:>4} " + " ".join(cells))
 
 
@@ -475,10 +492,14 @@ def _int_if_whole(v):
 
 
 def main(args, *, tag, all_cases, proto, make_payload, check, load, err_cols, banner,
-         unsupported=None):
+         unsupported=None, make_targets=None, base="bare", headers=("req/s", "p50 ms", "p99 ms"),
+         report=None):
     """Start the targets, run every (case, target) case-major, print the table.
 
     make_payload(case, workdir) -> payload; banner: one line describing the load.
+    make_targets(names, args, workdir) -> [Target] replaces build_targets(names, ..., proto, unsupported).
+    base, headers: see print_table. report(rows, targets, cases) prints more after the table, while
+    the servers still run.
     """
     args.duration = _int_if_whole(args.duration)
     args.warmup = _int_if_whole(args.warmup)
@@ -497,7 +518,8 @@ def main(args, *, tag, all_cases, proto, make_payload, check, load, err_cols, ba
     targets = []
     try:
         payloads = {c.name: make_payload(c, workdir) for c in cases}
-        targets = build_targets(names, args, workdir, proto, unsupported)
+        targets = make_targets(names, args, workdir) if make_targets else \
+            build_targets(names, args, workdir, proto, unsupported)
         print(f"{tag}: {os.cpu_count()} CPUs, loopback {HOST}, {banner}, "
               f"{args.warmup}s warm-up + {args.duration}s per case")
         hwm_ok = True
@@ -526,9 +548,11 @@ def main(args, *, tag, all_cases, proto, make_payload, check, load, err_cols, ba
             for t in targets:
                 row = bench_one(args, t, case, payloads[case.name], hwm_ok, check, load)
                 rows[(t.name, case.key)] = row
-                shown = f"{row.rps:.1f} req/s" if row.rps is not None else row.note
+                shown = f"{row.rps:.1f} {headers[0]}" if row.rps is not None else row.note
                 print(f"  .. {case.key:<20} {t.name:<9} {shown}", flush=True)
-        print_table(rows, targets, cases, err_cols)
+        print_table(rows, targets, cases, err_cols, base=base, headers=headers)
+        if report is not None:
+            report(rows, targets, cases)
         crashed = [t for t in targets if t.proc is not None and not t.alive()]
         for t in crashed:
             print(f"\n{t.name} exited with code {t.proc.returncode}; log tail:\n{t.log_tail()}")

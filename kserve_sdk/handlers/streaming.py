@@ -56,8 +56,14 @@ class StreamingHandler(BaseHandler):
             if first is not _EMPTY:
                 await self._send(frame(encode(first)))
                 try:
+                    sent = 1
                     async for item in items:
                         await self._send(frame(encode(item)))
+                        sent += 1
+                        if sent % 16 == 0:
+                            # A write to a ready socket completes without yielding: give other requests a
+                            # turn, or a model that yields without awaiting keeps the loop to itself.
+                            await asyncio.sleep(0)
                 except (asyncio.CancelledError, StreamClosedError):
                     raise
                 except Exception as e:  # mid-stream: the client has a 200 already, so the error is an event
