@@ -24,6 +24,11 @@ def server(request, start_server, tmp_path_factory):
     return srv
 
 
+def _markers(server):
+    """The cancellation markers the tokens model has written (finished ones only)."""
+    return {name for name in os.listdir(server.markers) if not name.endswith(".tmp")}
+
+
 def sse_events(server, path, body, headers=None):
     """(arrival time, parsed data) of each event, read with httpx + httpx-sse as they come."""
     events = []
@@ -176,7 +181,7 @@ def test_v1_predict_of_a_streaming_model_is_chunked(server):
 
 
 def test_disconnect_cancels_the_generator(server):
-    before = set(os.listdir(server.markers))
+    before = _markers(server)
     body = {"text_input": " ".join(["w"] * 50), "parameters": {"delay_ms": 200}}
     with httpx.Client(timeout=30) as client:
         with client.stream("POST", f"{server.url}/v2/models/tokens/generate_stream", json=body) as response:
@@ -185,9 +190,9 @@ def test_disconnect_cancels_the_generator(server):
                     break
         closed_at = time.time()
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and not (set(os.listdir(server.markers)) - before):
+    while time.monotonic() < deadline and not (_markers(server) - before):
         time.sleep(0.02)
-    new = set(os.listdir(server.markers)) - before
+    new = _markers(server) - before
     assert len(new) == 1
     cancelled_at = float(open(os.path.join(server.markers, new.pop())).read())
     assert cancelled_at - closed_at < 1.0
@@ -255,7 +260,7 @@ def test_metrics_show_streams(server):
 
 
 def test_grpc_disconnect_cancels_the_generator(server):
-    before = set(os.listdir(server.markers))
+    before = _markers(server)
     results: "queue.Queue" = queue.Queue()
     client = tgrpc.InferenceServerClient(server.grpc_url)
     client.start_stream(callback=lambda result, error: results.put((result, error)))
@@ -268,9 +273,9 @@ def test_grpc_disconnect_cancels_the_generator(server):
     closed_at = time.time()
     client.close()
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and not (set(os.listdir(server.markers)) - before):
+    while time.monotonic() < deadline and not (_markers(server) - before):
         time.sleep(0.02)
-    new = set(os.listdir(server.markers)) - before
+    new = _markers(server) - before
     assert len(new) == 1
     assert float(open(os.path.join(server.markers, new.pop())).read()) - closed_at < 1.0
 

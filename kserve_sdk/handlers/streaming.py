@@ -81,15 +81,25 @@ class StreamingHandler(BaseHandler):
 
 
 class _GenerateBody:
-    """What generate / stream handlers share: the request document, from plain JSON or a CloudEvent."""
+    """What generate / stream handlers share: reading the request, from plain JSON or a CloudEvent."""
 
-    def request_document(self: BaseHandler) -> Tuple[Any, Optional[tuple]]:
+    async def read_request(self: BaseHandler, name: str, version: Optional[str],
+                           tensors_only: bool = False) -> Tuple[Any, bool, Optional[tuple]]:
+        """``(request, tensor_form, event)``: an InferRequest for a tensor body, else the generate-form dict."""
+        await self.dataplane.ready_model(name)
         event = decode_cloudevent(self.request.body, self.request.headers)
         if event is None:
-            return loads_json(self.request.body), None
-        if not isinstance(event[0], dict):
+            doc = loads_json(self.request.body)
+        elif isinstance(event[0], dict):
+            doc = event[0]
+        else:
             raise InvalidInput("the CloudEvent's data must be a JSON object for this endpoint")
-        return event[0], event
+        tensor_form = is_tensor_request(doc)
+        if not (tensor_form or tensors_only):
+            return doc, False, event
+        request = infer_request_from_dict(doc, name, b"", None)  # a generate-form body raises here
+        request.model_version = version
+        return request, True, event
 
 
 class InferStreamHandler(StreamingHandler, _GenerateBody):
@@ -98,14 +108,7 @@ class InferStreamHandler(StreamingHandler, _GenerateBody):
     endpoint = "infer_stream"
 
     async def post(self, name: str, version: Optional[str] = None) -> None:
-        await self.dataplane.ready_model(name)
-        doc, event = self.request_document()
-        tensor_form = is_tensor_request(doc)
-        request = infer_request_from_dict(doc, name, b"", None) if tensor_form else doc
-        if tensor_form:
-            request.model_version = version
-        elif self.endpoint == "infer_stream":
-            request = infer_request_from_dict(doc, name, b"", None)  # raises: infer_stream takes tensors only
+        request, tensor_form, event = await self.read_request(name, version, self.endpoint == "infer_stream")
         response_headers: Dict[str, str] = {}
         items = self.dataplane.stream(name, request, self.request_headers(), response_headers, "rest_v2")
 
@@ -132,10 +135,7 @@ class GenerateHandler(BaseHandler, _GenerateBody):
     endpoint = "generate"
 
     async def post(self, name: str, version: Optional[str] = None) -> None:
-        await self.dataplane.ready_model(name)
-        doc, event = self.request_document()
-        tensor_form = is_tensor_request(doc)
-        request = infer_request_from_dict(doc, name, b"", None) if tensor_form else doc
+        request, tensor_form, event = await self.read_request(name, version)
         response_headers: Dict[str, str] = {}
         items = [item async for item in self.dataplane.stream(name, request, self.request_headers(),
                                                               response_headers, "rest_v2")]

@@ -3,7 +3,6 @@
 SCALE_MODELS picks the models (default: batcher,cpu,sleepy).
 """
 import argparse
-import asyncio
 import os
 import time
 
@@ -11,6 +10,7 @@ import numpy as np
 
 import kserve_sdk as kserve
 from kserve_sdk import InferOutput, InferRequest, InferResponse, ModelRepository, model_server
+from tests.models.zoo import Sleepy  # the same slow model the zoo serves
 
 
 class Batcher(kserve.Model):
@@ -46,26 +46,6 @@ class Cpu(kserve.Model):
         for i in range(n):
             total += i * i % 7
         return {"predictions": [total], "pid": os.getpid()}
-
-
-class Sleepy(kserve.Model):
-    """Sleeps (async) as many seconds as asked and says which process answered."""
-
-    def __init__(self, name):
-        super().__init__(name)
-        self.ready = True
-
-    async def predict(self, payload, headers=None):
-        if isinstance(payload, InferRequest):
-            seconds = float(payload.inputs[0].as_numpy().ravel()[0])
-        else:
-            seconds = float(payload["instances"][0])
-        await asyncio.sleep(seconds)
-        if isinstance(payload, dict):
-            return {"predictions": [os.getpid()]}
-        out = InferOutput("pid", [1], "INT64")
-        out.set_data_from_numpy(np.array([os.getpid()], dtype=np.int64))
-        return InferResponse(response_id=payload.id, model_name=self.name, infer_outputs=[out])
 
 
 class Repository(ModelRepository):

@@ -46,9 +46,11 @@ class Tokens(kserve.Model):
                 await asyncio.sleep(gap if i == 0 and gap else delay)
         except (asyncio.CancelledError, GeneratorExit):
             marker_dir = os.environ.get("STREAM_MARKERS")
-            if marker_dir:
-                with open(os.path.join(marker_dir, f"cancelled-{os.getpid()}-{time.time_ns()}"), "w") as f:
+            if marker_dir:  # written then renamed, so the test never reads a half-written marker
+                path = os.path.join(marker_dir, f"cancelled-{os.getpid()}-{time.time_ns()}")
+                with open(path + ".tmp", "w") as f:
                     f.write(str(time.time()))
+                os.replace(path + ".tmp", path)
             raise
 
 

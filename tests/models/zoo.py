@@ -203,7 +203,7 @@ class Sleepy(kserve.Model):
         self.ready = True
 
     async def predict(self, payload, headers=None):
-        seconds = payload["instances"][0] if isinstance(payload, dict) else float(payload.inputs[0].as_numpy()[0])
+        seconds = payload["instances"][0] if isinstance(payload, dict) else float(payload.inputs[0].as_numpy().ravel()[0])
         await asyncio.sleep(seconds)
         if isinstance(payload, dict):
             return {"predictions": [os.getpid()]}
