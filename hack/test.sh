@@ -4,8 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS=test source hack/venv.sh
-# The /docs test renders the page in headless Chromium (Debian's package); install it where we can.
-if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium) >/dev/null
+# System packages some tests need, from Debian, where we can install them (root with apt):
+# chromium renders /docs; nodejs + npm run Azurite, the Azure Blob emulator of the storage tests.
+missing=""
+command -v chromium >/dev/null || missing="$missing chromium"
+command -v node >/dev/null || missing="$missing nodejs"
+command -v npm >/dev/null || missing="$missing npm"
+if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $missing) >/dev/null
 fi
 exec .venv/bin/python -m pytest "$@"

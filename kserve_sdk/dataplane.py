@@ -14,11 +14,13 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional
 import numpy as np
 
 from . import metrics
-from .errors import InferenceError, ModelNotFound, ModelNotReady, ServerNotReady
+from .errors import (DeadlineExceeded, InferenceError, InvalidInput, ModelError, ModelNotFound, ModelNotReady,
+                     ServerBusy, ServerNotReady, is_untyped)
 from .logging import trace_logger
 from .model import InferenceModel, InferenceVerb, Model
 from .model_repository import ModelRepository
 from .protocol.infer_type import InferRequest, InferResponse
+from .protocol.tensor import Tensor
 from .utils.utils import generate_uuid, get_predict_response
 
 try:
@@ -30,6 +32,34 @@ except Exception:  # not installed as a distribution (e.g. run from a checkout)
 
 SERVER_NAME = "kserve-sdk"
 SERVER_EXTENSIONS = ["model_repository_extension", "binary_tensor_data"]
+
+#: Model names longer than this are refused (400) unless a model is registered under them.
+MAX_MODEL_NAME_LENGTH = 256
+
+
+def check_model_name(name: str) -> None:
+    """Refuse (InvalidInput) names no model can have: empty, very long, path tricks, control characters."""
+    if not name:
+        raise InvalidInput("the model name is empty")
+    if len(name) > MAX_MODEL_NAME_LENGTH:
+        raise InvalidInput(f"the model name is {len(name)} characters long; at most {MAX_MODEL_NAME_LENGTH} "
+                           "are allowed")
+    if "/" in name or "\\" in name:
+        raise InvalidInput(f"the model name {name!r} contains a path separator")
+    if name in (".", ".."):
+        raise InvalidInput(f"{name!r} is not a model name")
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise InvalidInput(f"the model name {name!r} contains a control character")
+
+
+def _timeout_parameter(request: InferRequest) -> Optional[float]:
+    """The v2 ``timeout`` request parameter (microseconds, as Triton reads it) in seconds; None when absent or 0."""
+    value = request.parameters.get("timeout") if isinstance(request.parameters, dict) else None
+    if value is None:
+        return None
+    if type(value) is not int or value < 0:
+        raise InvalidInput(f"the 'timeout' parameter must be a non-negative integer (microseconds), got {value!r}")
+    return value / 1e6 or None
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -43,8 +73,13 @@ async def _single(value: Any) -> AsyncIterator[Any]:
 class DataPlane:
     """Health, metadata, inference and explanation over a model repository."""
 
-    def __init__(self, model_registry: ModelRepository, enable_latency_logging: bool = True):
+    def __init__(self, model_registry: ModelRepository, enable_latency_logging: bool = True,
+                 max_concurrent_requests: Optional[int] = None, request_timeout_seconds: Optional[float] = None):
         self._model_registry = model_registry
+        #: Inference calls this worker answers at once; more are refused with ServerBusy (None: no limit).
+        self.max_concurrent_requests = max_concurrent_requests or None
+        #: Seconds a unary inference call may take before it is cancelled (None: no limit).
+        self.request_timeout_seconds = request_timeout_seconds or None
         self.enable_latency_logging = enable_latency_logging
         self.draining = False
         self._in_flight = 0
@@ -59,6 +94,8 @@ class DataPlane:
         """Count an inference call in flight; refused (503 / UNAVAILABLE) once the server is draining."""
         if self.draining:
             raise ServerNotReady("The server is shutting down.")
+        if self.max_concurrent_requests is not None and self._in_flight >= self.max_concurrent_requests:
+            raise ServerBusy(self.max_concurrent_requests)
         self._in_flight += 1
         self._model_calls[model_name] = self._model_calls.get(model_name, 0) + 1
 
@@ -133,6 +170,7 @@ class DataPlane:
         """The model registered as ``name``; ModelNotFound if there is none."""
         model = self._model_registry.get_model(name)
         if model is None:
+            check_model_name(name)
             raise ModelNotFound(name)
         return model
 
@@ -178,18 +216,43 @@ class DataPlane:
                     verb: InferenceVerb) -> Tuple[Any, Dict[str, str]]:
         model = await self.ready_model(model_name)
         headers = {} if headers is None else headers
+        timeout, source = self.request_timeout_seconds, "--request_timeout_seconds"
+        if isinstance(request, InferRequest) and request.parameters:
+            asked = _timeout_parameter(request)
+            if asked is not None and (timeout is None or asked < timeout):
+                timeout, source = asked, "the request's timeout parameter"
         self.begin_request(model_name)
         try:
-            if isinstance(model, Model):
+            if timeout is None and isinstance(model, Model):  # the common case, without a coroutine more
                 response, response_headers, timings = await model.run_pipeline(request, headers, verb)
                 self._record(model_name, headers, timings)
-            else:
+            elif timeout is None:
                 response, response_headers = await _maybe_await(model(request, headers=headers, verb=verb))
+            else:
+                try:
+                    async with asyncio.timeout(timeout) as deadline:
+                        response, response_headers = await self._run_model(model, model_name, request, headers, verb)
+                except TimeoutError:
+                    if deadline.expired():
+                        raise DeadlineExceeded(model_name, timeout, source) from None
+                    raise
+        except Exception as e:
+            if is_untyped(e):
+                raise ModelError(model_name, e) from e
+            raise
         finally:
             self.end_request(model_name)
         if isinstance(request, InferRequest):
             response = self._as_v2_response(model_name, request, response)
         return response, response_headers or {}
+
+    async def _run_model(self, model: Any, model_name: str, request: Any, headers: Dict[str, str],
+                         verb: InferenceVerb) -> Tuple[Any, Dict[str, str]]:
+        if isinstance(model, Model):
+            response, response_headers, timings = await model.run_pipeline(request, headers, verb)
+            self._record(model_name, headers, timings)
+            return response, response_headers
+        return await _maybe_await(model(request, headers=headers, verb=verb))
 
     def _record(self, model_name: str, headers: Dict[str, str], timings: Dict[str, float]) -> None:
         metrics.observe_stages(model_name, timings)
@@ -206,7 +269,9 @@ class DataPlane:
         model = await self.ready_model(model_name)
         response_headers = {} if response_headers is None else response_headers
         timings: Dict[str, float] = {}
-        items = model.stream(request, headers, response_headers, timings) if isinstance(model, Model) else None
+        # a Model, or another InferenceModel with Model.stream's signature (kserve_sdk.ray.RayModel), streams
+        streams = callable(getattr(model, "stream", None))
+        items = model.stream(request, headers, response_headers, timings) if streams else None
         async for item in self._count_stream(model_name, items, headers, protocol, timings, model, request):
             yield self._as_v2_response(model_name, request, item) if isinstance(request, InferRequest) else item
 
@@ -234,11 +299,16 @@ class DataPlane:
             if items is None:  # a model that is not a Model subclass answers once
                 items = _single((await _maybe_await(model(request, headers=headers)))[0])
             async with aclosing(items) as responses:
-                async for item in responses:
-                    if first is None:
-                        first = time.perf_counter() - start
-                    count += 1
-                    yield item
+                try:
+                    async for item in responses:
+                        if first is None:
+                            first = time.perf_counter() - start
+                        count += 1
+                        yield item
+                except Exception as e:
+                    if is_untyped(e):
+                        raise ModelError(model_name, e) from e
+                    raise
         finally:
             self.end_request(model_name)
             metrics.stream_finished(model_name, protocol, count, first)
@@ -251,6 +321,11 @@ class DataPlane:
         if isinstance(response, (np.ndarray, list)):
             return get_predict_response(request, response, model_name)
         if isinstance(response, InferResponse):
+            for output in response.outputs:
+                problem = output.content_problem() if isinstance(output, Tensor) else "it is not an InferOutput"
+                if problem is not None:
+                    raise InferenceError(f"model '{model_name}' returned output "
+                                         f"'{getattr(output, 'name', output)}' that is malformed: {problem}")
             if response._requested_outputs is None:
                 response._requested_outputs = request.request_outputs
             response._use_binary_outputs = request.use_binary_outputs
@@ -283,6 +358,7 @@ class DataPlane:
         A load that raises leaves the model UNAVAILABLE with the error as reason and is answered as an
         InferenceError; one that returns False is ModelNotFound. Other models are unaffected.
         """
+        check_model_name(name)
         await self.load_here(name)
         if self.repository_hook is not None:
             await self.repository_hook("load", name)

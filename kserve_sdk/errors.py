@@ -55,6 +55,52 @@ class PayloadTooLarge(InvalidInput):
     grpc_code = "RESOURCE_EXHAUSTED"
 
 
+class ServerBusy(RuntimeError):
+    """This worker is already answering ``--max_concurrent_requests`` calls (HTTP 503 with ``Retry-After``,
+    gRPC UNAVAILABLE): refused at once rather than queued."""
+
+    http_status = HTTPStatus.SERVICE_UNAVAILABLE
+    grpc_code = "UNAVAILABLE"
+    retry_after = 1
+
+    def __init__(self, limit: int):
+        self.reason = (f"The server is busy: {limit} requests are in flight in this worker "
+                       "(--max_concurrent_requests); retry later.")
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class DeadlineExceeded(RuntimeError):
+    """The model did not answer within the request's timeout (HTTP 504, gRPC DEADLINE_EXCEEDED)."""
+
+    http_status = HTTPStatus.GATEWAY_TIMEOUT
+    grpc_code = "DEADLINE_EXCEEDED"
+
+    def __init__(self, model_name: str, seconds: float, source: str):
+        self.reason = f"model '{model_name}' did not answer within {seconds:g} s ({source}); the call was cancelled"
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class ModelError(InferenceError):
+    """The model raised an exception of its own (not one of ours): HTTP 500 / gRPC INTERNAL, with KServe's
+    ``"<Type> : <message>"`` followed by the model's name."""
+
+    def __init__(self, model_name: str, exc: BaseException):
+        super().__init__(f"{type(exc).__name__} : {exc} (model '{model_name}')")
+        self.model_name = model_name
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def is_untyped(exc: BaseException) -> bool:
+    """Whether an exception is a model's own (a bug or library error) rather than one that carries a status."""
+    return getattr(exc, "http_status", None) is None and not isinstance(exc, NotImplementedError)
+
+
 class ModelNotFound(Exception):
     """No model with this name is registered (HTTP 404, gRPC NOT_FOUND)."""
 

@@ -28,7 +28,8 @@ from .logging import configure_logging, logger
 from .model import BaseKServeModel
 from .model_repository import ModelRepository
 from .predictor_config import PredictorConfig
-from .storage import default_model_dir
+from .storage import StorageError, resolve_model_dir
+from .storage import is_local as is_local_storage
 from .utils.utils import cpu_count, strtobool
 
 class _KServeArgumentParser(argparse.ArgumentParser):
@@ -89,7 +90,16 @@ _flag("enable_gzip", default=True, type=strtobool,
       help="gzip responses (streams too, flushed per event) for clients that accept it.")
 _flag("grace_period", default=30, type=int,
       help="Seconds a stopping server waits for requests in flight before it exits.")
-_flag("max_body_size", default=DEFAULT_MAX_BODY_SIZE, type=int, help="The largest REST request body, in bytes.")
+_flag("max_body_size", default=DEFAULT_MAX_BODY_SIZE, type=int,
+      help="The largest REST request body, in bytes; a larger one is answered 413.")
+_flag("max_concurrent_requests", default=None, type=int,
+      help="Inference calls one worker answers at once; more are refused at once with 503 / UNAVAILABLE and "
+           "Retry-After (default: no limit).")
+_flag("request_timeout_seconds", default=None, type=float,
+      help="Seconds an inference call may take before it is cancelled and answered 504 / DEADLINE_EXCEEDED "
+           "(default: no limit; a request's `timeout` parameter, in microseconds, can only shorten it).")
+_flag("body_timeout_seconds", default=300, type=float,
+      help="Seconds a client may take to send a REST request body before the connection is closed.")
 _flag("ssl_certfile", default=os.environ.get(KSERVE_TLS_CERT_FILE_ENV), type=str, help="Serve HTTPS with this cert.")
 _flag("ssl_keyfile", default=os.environ.get(KSERVE_TLS_KEY_FILE_ENV), type=str, help="The key of --ssl_certfile.")
 
@@ -100,12 +110,17 @@ if args.configure_logging and args.log_config_file:
     configure_logging(args.log_config_file)
 if args.protocol:
     args.predictor_protocol = args.protocol
-if args.model_dir is None:
-    try:
-        args.model_dir = default_model_dir()
-    except ValueError as e:  # an unsupported STORAGE_URI is reported when the model looks for its files
-        logger.warning("%s", e)
-        args.model_dir = None
+# STORAGE_URI is resolved here, at import, because the user's script reads args.model_dir before it builds
+# its model: a remote model is downloaded once, before any model code runs and before workers fork.
+if os.environ.get("STORAGE_URI") and not is_local_storage(os.environ["STORAGE_URI"]) \
+        and args.configure_logging and not args.log_config_file:
+    configure_logging(None)
+try:
+    args.model_dir = resolve_model_dir(args.model_dir)
+except StorageError as e:
+    logger.error("Model storage: %s", e)
+    sys.exit(1)
+parser.set_defaults(model_dir=args.model_dir)  # scripts parsing with parents=[parser] see the same directory
 
 
 def _apply_batching_flags(model: BaseKServeModel) -> None:
@@ -171,7 +186,8 @@ class ModelServer:
             args.predictor_host, args.predictor_protocol, args.predictor_use_ssl,
             args.predictor_request_timeout_seconds, args.predictor_request_retries,
             args.enable_predictor_health_check))
-        self.dataplane = DataPlane(self.registered_models, enable_latency_logging)
+        self.dataplane = DataPlane(self.registered_models, enable_latency_logging, args.max_concurrent_requests,
+                                   args.request_timeout_seconds)
         self._stopping: Optional[asyncio.Event] = None
         self._servers: List[Any] = []
 
@@ -292,8 +308,10 @@ class ModelServer:
         app = make_app(self.dataplane, access_log_format=self.access_log_format,
                        enable_docs_url=self.enable_docs_url, enable_gzip=args.enable_gzip,
                        max_body_size=self.max_body_size)
+        # idle_connection_timeout is also Tornado's header timeout: a client sending headers slowly is dropped.
         server = HTTPServer(app, ssl_options=ssl_options, max_body_size=self.max_body_size,
-                            idle_connection_timeout=self.timeout_keep_alive, decompress_request=True)
+                            idle_connection_timeout=self.timeout_keep_alive, decompress_request=True,
+                            body_timeout=args.body_timeout_seconds or None)
         if sockets is None:
             server.listen(self.http_port)
         else:

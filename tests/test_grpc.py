@@ -331,7 +331,7 @@ def test_stream_goes_on_after_failed_requests(zoo):
     assert all(result is None for result, _ in errors.values())
     assert errors[1][1].message() == "Model with name nope does not exist."
     assert errors[3][1].message() == "instance 0 must be a number"
-    assert errors[4][1].message() == "RuntimeError : kaboom"
+    assert errors[4][1].message() == "RuntimeError : kaboom (model 'failing')"
 
 
 # --- 3. status codes ----------------------------------------------------------------------------------
@@ -443,7 +443,7 @@ def _failing(what):
     ("invalid", grpc.StatusCode.INVALID_ARGUMENT, "instance 0 must be a number"),
     ("notimpl", grpc.StatusCode.UNIMPLEMENTED, "this model cannot do that"),
     ("inference", grpc.StatusCode.INTERNAL, "the model ran out of patience"),
-    ("boom", grpc.StatusCode.INTERNAL, "RuntimeError : kaboom"),
+    ("boom", grpc.StatusCode.INTERNAL, "RuntimeError : kaboom (model 'failing')"),
 ])
 def test_model_errors_map_to_status_codes(zoo, what, code, message):
     with raw_stub(zoo) as stub:
@@ -675,9 +675,11 @@ def test_same_outputs_over_rest_and_grpc(grpc_models, binary):
 
 # --- 8. a transformer forwarding over gRPC --------------------------------------------------------------
 def _iris_classes(rows_cm):
-    with open(os.path.join(ROOT, "samples", "custom_model", "model", "centroids.json")) as f:
-        centroids = np.asarray(json.load(f)["centroids"], dtype=np.float32)
-    return ((rows_cm[:, None, :] - centroids[None]) ** 2).sum(axis=2).argmin(axis=1).tolist()
+    """What the sample's own artefact predicts for these rows (the answer the transformer must relay)."""
+    import joblib
+
+    classifier = joblib.load(os.path.join(ROOT, "samples", "custom_model", "model", "model.joblib"))
+    return classifier.predict(np.asarray(rows_cm, dtype=np.float64)).astype(np.int64).tolist()
 
 
 def test_transformer_forwards_over_grpc(start_server):

@@ -129,7 +129,7 @@ def test_mid_stream_error_is_a_final_event(server):
     assert head.startswith("HTTP/1.1 200")
     events = [json.loads(line[len(b"data: "):]) for line in b"".join(_dechunk(body)).split(b"\n\n") if line]
     assert [e.get("text_output") for e in events[:2]] == ["one", " two"]
-    assert events[2] == {"error": "RuntimeError : the model broke mid-stream"}
+    assert events[2] == {"error": "RuntimeError : the model broke mid-stream (model 'broken')"}
     assert len(events) == 3
     assert httpx.post(f"{server.url}/v2/models/tokens/generate", json={"text_input": "still here"}).status_code == 200
 

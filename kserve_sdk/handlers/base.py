@@ -1,4 +1,7 @@
-"""What every HTTP handler shares: JSON answers, the ``{"error": ...}`` shape, request headers."""
+"""What every HTTP handler shares: JSON answers, the ``{"error": ...}`` shape, request headers, and
+cancelling the work of a client that went away."""
+import asyncio
+import functools
 import logging
 import zlib
 from typing import Any, Dict, Optional, Tuple
@@ -7,7 +10,7 @@ from tornado.web import HTTPError, RequestHandler
 
 from ..dataplane import DataPlane
 from .. import metrics
-from ..errors import InvalidInput, PayloadTooLarge, status_of
+from ..errors import InferenceError, InvalidInput, PayloadTooLarge, status_of
 from ..logging import logger
 from ..protocol.rest_codec import dumps
 from .cloudevents import encode_cloudevent
@@ -15,11 +18,42 @@ from .cloudevents import encode_cloudevent
 JSON = "application/json"
 
 
+def cancel_on_disconnect(method):
+    """Run a handler method so that a client closing its connection cancels it (the model's coroutine sees
+    CancelledError) and nothing more is sent."""
+
+    @functools.wraps(method)
+    async def wrapper(self: "BaseHandler", *args: Any) -> None:
+        self._work_task = asyncio.current_task()
+        try:
+            await method(self, *args)
+        except asyncio.CancelledError:
+            if not self._client_gone:
+                raise
+        finally:
+            self._work_task = None
+
+    return wrapper
+
+
+def encoded(model_name: str, encode, *args: Any):
+    """``encode(*args)``, where a response the model built that cannot be written is the model's fault (500)."""
+    try:
+        return encode(*args)
+    except InvalidInput:
+        raise
+    except (TypeError, ValueError, OverflowError, UnicodeError) as e:
+        raise InferenceError(f"model '{model_name}' returned a response that cannot be encoded: "
+                             f"{type(e).__name__}: {e}") from None
+
+
 class BaseHandler(RequestHandler):
     """A handler bound to the data plane; any exception becomes a JSON error with its own status."""
 
     protocol = "rest_v2"  # metric and access-log labels
     endpoint = "other"
+    _work_task: Optional[asyncio.Task] = None
+    _client_gone = False
 
     def initialize(self, dataplane: DataPlane) -> None:
         self.dataplane = dataplane
@@ -45,6 +79,12 @@ class BaseHandler(RequestHandler):
             del self.request.headers["Content-Encoding"]
             return
         raise InvalidInput("the request body is not valid deflate data")
+
+    def on_connection_close(self) -> None:
+        self._client_gone = True
+        task = self._work_task
+        if task is not None and not task.done():
+            task.cancel()
 
     def compute_etag(self) -> Optional[str]:
         # Inference answers are never cached; hashing every body would only cost time.
@@ -84,6 +124,9 @@ class BaseHandler(RequestHandler):
         elif exc is not None:
             status_code, message = status_of(exc)
             self.set_status(status_code)
+            retry_after = getattr(exc, "retry_after", None)
+            if retry_after is not None:
+                self.set_header("Retry-After", str(retry_after))
         else:
             message = self._reason
         self.set_header("Content-Type", JSON)

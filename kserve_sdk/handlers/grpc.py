@@ -4,6 +4,7 @@ Errors are answered with the status code their type names (NOT_FOUND, UNAVAILABL
 UNIMPLEMENTED, INTERNAL) and the same message REST gives.
 """
 import functools
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict
@@ -12,10 +13,10 @@ import grpc
 
 from .. import metrics
 from ..dataplane import DataPlane
-from ..errors import InferenceError, grpc_code_of, status_of
+from ..errors import InferenceError, InvalidInput, grpc_code_of, status_of
 from ..logging import logger
 from ..protocol.grpc import grpc_predict_v2_pb2 as pb
-from ..protocol.grpc.convert import infer_request_from_grpc, infer_response_to_grpc
+from ..protocol.grpc.convert import Undecodable, infer_request_from_grpc, infer_response_to_grpc, tolerant_parser
 from ..protocol.grpc.grpc_predict_v2_pb2_grpc import (
     GRPCInferenceServiceServicer, add_GRPCInferenceServiceServicer_to_server,
 )
@@ -42,12 +43,16 @@ def answers_errors(method):
         metrics.request_started("grpc")
         code = grpc.StatusCode.OK
         try:
+            if isinstance(request, Undecodable):
+                raise InvalidInput(request.reason)
             return await method(self, request, context)
         except Exception as e:  # every error answers the client; the server goes on
             code = _status(e)
             if code is grpc.StatusCode.INTERNAL:
                 logger.error("gRPC %s failed: %s", method.__name__, e, exc_info=e)
-            await context.abort(code, _message(e))
+            retry_after = getattr(e, "retry_after", None)
+            await context.abort(code, _message(e),
+                                trailing_metadata=(("retry-after", str(retry_after)),) if retry_after else ())
         finally:
             model = self.dataplane.model_label(getattr(request, "model_name", None) or getattr(request, "name", None))
             metrics.request_finished(model, "grpc", method.__name__, code.name, time.perf_counter() - start)
@@ -60,13 +65,21 @@ def request_headers(context) -> Dict[str, str]:
     return {key.lower(): value for key, value in (context.invocation_metadata() or ())}
 
 
-def to_infer_response_message(response: Any):
+def to_infer_response_message(response: Any, model_name: str = ""):
     """Whatever the data plane returned for a v2 call, as a ``ModelInferResponse``."""
-    if isinstance(response, InferResponse):
-        return infer_response_to_grpc(response)
-    if isinstance(response, dict):
-        return infer_response_to_grpc(decode_infer_response(response, b"", None))
-    raise InferenceError(f"the model returned {type(response).__name__}, which gRPC cannot carry")
+    try:
+        if isinstance(response, InferResponse):
+            return infer_response_to_grpc(response)
+        if isinstance(response, dict):  # an InvalidInput here is the model's: it built the dict
+            return infer_response_to_grpc(decode_infer_response(response, b"", None))
+    except InvalidInput:
+        if isinstance(response, InferResponse):
+            raise  # e.g. a requested output the model does not have: the client's
+        raise InferenceError(f"model '{model_name}' returned a response that cannot be encoded: "
+                             f"{sys.exc_info()[1]}") from None
+    except (TypeError, ValueError, OverflowError, UnicodeError) as e:
+        raise InferenceError(f"model '{model_name}' returned a response that cannot be encoded: {e}") from None
+    raise InferenceError(f"model '{model_name}' returned {type(response).__name__}, which gRPC cannot carry")
 
 
 def _tagged(message, request):
@@ -121,7 +134,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         trailing = [(k.lower(), str(v)) for k, v in response_headers.items()]
         trailing.append(("x-request-id", request_id))
         context.set_trailing_metadata(tuple(trailing))
-        return to_infer_response_message(response)
+        return to_infer_response_message(response, request.model_name)
 
     @answers_errors
     async def ModelInfer(self, request, context):
@@ -155,7 +168,8 @@ class InferenceServicer(GRPCInferenceServiceServicer):
             items = self.dataplane.stream(request.model_name, infer_request_from_grpc(request), headers,
                                           protocol="grpc")
             async for item in items:
-                yield pb.ModelStreamInferResponse(infer_response=_tagged(to_infer_response_message(item), request))
+                yield pb.ModelStreamInferResponse(
+                    infer_response=_tagged(to_infer_response_message(item, request.model_name), request))
         except Exception as e:
             code = _status(e)
             if code is grpc.StatusCode.INTERNAL:
@@ -174,7 +188,8 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
         try:
             async for item in self.dataplane.stream_in(first.model_name, decoded(), headers, protocol="grpc"):
-                yield pb.ModelStreamInferResponse(infer_response=_tagged(to_infer_response_message(item), first))
+                yield pb.ModelStreamInferResponse(
+                    infer_response=_tagged(to_infer_response_message(item, first.model_name), first))
         except Exception as e:
             yield pb.ModelStreamInferResponse(error_message=_message(e))
 
@@ -196,6 +211,28 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         return pb.RepositoryModelUnloadResponse()
 
 
+class _TolerantRegistration:
+    """Stands in for the server while the generated code registers the service: each method's request
+    parser is replaced by one that hands an undecodable message to the method (as :class:`Undecodable`)."""
+
+    def __init__(self, server: grpc.aio.Server):
+        self._server = server
+
+    def add_generic_rpc_handlers(self, handlers) -> None:
+        pass  # registered below, from the same method table, with the tolerant parsers
+
+    def add_registered_method_handlers(self, service: str, handlers: Dict[str, Any]) -> None:
+        message_types = {m.name: m.input_type.name for m in pb.DESCRIPTOR.services_by_name[
+            service.rpartition(".")[2]].methods} if service.endswith("GRPCInferenceService") else {}
+        tolerant = {}
+        for name, handler in handlers.items():
+            message_class = getattr(pb, message_types.get(name, ""), None)
+            tolerant[name] = handler._replace(request_deserializer=tolerant_parser(message_class)) \
+                if message_class is not None else handler
+        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, tolerant),))
+        self._server.add_registered_method_handlers(service, tolerant)
+
+
 async def start_grpc_server(dataplane: DataPlane, port: int, max_threads: int, max_send: int,
                             max_receive: int, reuse_port: bool = False) -> grpc.aio.Server:
     """Start the gRPC server on ``port`` (all interfaces) on the running loop; workers share the port
@@ -205,7 +242,7 @@ async def start_grpc_server(dataplane: DataPlane, port: int, max_threads: int, m
         options=[("grpc.max_send_message_length", max_send), ("grpc.max_receive_message_length", max_receive),
                  ("grpc.so_reuseport", int(reuse_port))],
     )
-    add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane), server)
+    add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane), _TolerantRegistration(server))
     server.add_insecure_port(f"[::]:{port}")
     await server.start()
     return server

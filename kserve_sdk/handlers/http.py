@@ -1,12 +1,15 @@
-"""The HTTP route table: which handler answers which path, and the per-request access log and metrics."""
+"""The HTTP route table: which handler answers which path, and the per-request access log and metrics;
+a body over ``max_body_size`` answered as 413."""
 import logging
-from typing import Any, Dict, Optional
+from typing import Any, Awaitable, Dict, Optional, Union
 
+from tornado import httputil
 from tornado.web import Application, RequestHandler
 
 from .. import metrics
 from ..dataplane import DataPlane
-from ..logging import ACCESS_LOGGER_NAME
+from ..logging import ACCESS_LOGGER_NAME, logger
+from ..protocol.rest_codec import dumps
 from . import docs, streaming, v1, v2
 from .base import LiveHandler, MetricsHandler, NotFoundHandler
 
@@ -36,7 +39,8 @@ def request_logger(dataplane: DataPlane, access_log_format: Optional[str]):
     def log_request(handler: RequestHandler) -> None:
         duration = handler.request.request_time()
         protocol = getattr(handler, "protocol", "rest_v2")
-        model = dataplane.model_label(handler.path_args[0]) if handler.path_args else ""
+        path_args = getattr(handler, "path_args", None)  # unset when the URL did not decode
+        model = dataplane.model_label(path_args[0]) if path_args else ""
         metrics.request_finished(model, protocol, getattr(handler, "endpoint", "other"),
                                  str(handler.get_status()), duration, started=getattr(handler, "in_flight_counted", False))
         if access_logger.isEnabledFor(logging.INFO):
@@ -78,7 +82,7 @@ def make_app(dataplane: DataPlane, access_log_format: Optional[str] = None, enab
         (r"/openapi\.json", docs.OpenAPIHandler),
         *docs.docs_routes(enable_docs_url),
     ]
-    return Application(
+    return _Application(
         [(path, handler, ctx) for path, handler in routes],
         default_handler_class=NotFoundHandler,
         default_handler_args=ctx,
@@ -87,3 +91,85 @@ def make_app(dataplane: DataPlane, access_log_format: Optional[str] = None, enab
         max_body_size=max_body_size,
         **settings,
     )
+
+
+class _Application(Application):
+    """Tornado's Application, with ``max_body_size`` answered as 413 and a JSON message (Tornado itself
+    answers an over-large body with a bare 400 and closes the connection)."""
+
+    def start_request(self, server_conn: object, request_conn: httputil.HTTPConnection) -> httputil.HTTPMessageDelegate:
+        delegate = super().start_request(server_conn, request_conn)
+        limit = self.settings.get("max_body_size")
+        return _BodyLimit(delegate, request_conn, limit) if limit else delegate
+
+
+class _BodyLimit(httputil.HTTPMessageDelegate):
+    """Refuses a body over ``limit`` bytes with 413 before it is buffered.
+
+    A declared ``Content-Length`` over the limit is answered at once, without reading the body unless it
+    is at most twice the limit (read and dropped, so that a client which sends its whole body before
+    reading the answer still sees the 413 rather than a reset); the connection then closes. A chunked
+    body is counted as it arrives and answered when it passes the limit. A body that arrived with its
+    headers skips the body timeout (``--body_timeout_seconds``), whose timer would cost every request.
+    """
+
+    __slots__ = ("_delegate", "_conn", "_limit", "_received", "_refused", "_chunked")
+
+    def __init__(self, delegate: httputil.HTTPMessageDelegate, conn: httputil.HTTPConnection, limit: int):
+        self._delegate, self._conn, self._limit = delegate, conn, limit
+        self._received = 0
+        self._refused: Optional[str] = None
+        self._chunked = False
+
+    def headers_received(self, start_line: Union[httputil.RequestStartLine, httputil.ResponseStartLine],
+                         headers: httputil.HTTPHeaders) -> Optional[Awaitable[None]]:
+        length = headers.get("Content-Length")
+        if length is not None and length.isdigit() and int(length) > self._limit:
+            self._refused = (f"the request body of {int(length)} bytes is larger than the {self._limit} bytes "
+                             "this server accepts (--max_body_size)")
+            self._conn.set_max_body_size(int(length))  # or Tornado answers a bare 400 after ours
+            if int(length) > 2 * self._limit:
+                self._answer(close=True)
+            return None  # else the body is read and dropped, and finish() answers
+        if length is None:
+            if "chunked" in headers.get("Transfer-Encoding", "").lower():
+                self._chunked = True
+                self._conn.set_max_body_size(2 ** 62)  # counted here instead, to answer 413 rather than a bare 400
+        elif length.isdigit() and getattr(getattr(self._conn, "stream", None), "_read_buffer_size", 0) >= int(length):
+            # The body came with the headers: no need for the body timeout's timer (a cost on every request).
+            self._conn.set_body_timeout(None)
+        return self._delegate.headers_received(start_line, headers)
+
+    def data_received(self, chunk: bytes) -> Optional[Awaitable[None]]:
+        if self._refused is not None:
+            return None
+        if self._chunked:
+            self._received += len(chunk)
+            if self._received > self._limit:
+                self._refused = (f"the chunked request body passed the {self._limit} bytes this server accepts "
+                                 "(--max_body_size)")
+                self._delegate.on_connection_close()
+                self._answer(close=True)
+                return None
+        return self._delegate.data_received(chunk)
+
+    def finish(self) -> None:
+        if self._refused is not None:
+            self._answer()
+        else:
+            self._delegate.finish()
+
+    def on_connection_close(self) -> None:
+        if self._refused is None:
+            self._delegate.on_connection_close()
+
+    def _answer(self, close: bool = False) -> None:
+        """Send the 413; with ``close`` the body is not read and the connection closes once it is sent."""
+        body = dumps({"error": self._refused})
+        logger.info("request refused with 413: %s", self._refused)
+        headers = httputil.HTTPHeaders({"Content-Type": "application/json", "Content-Length": str(len(body))})
+        if close:
+            headers["Connection"] = "close"
+        self._conn.write_headers(httputil.ResponseStartLine("HTTP/1.1", 413, "Payload Too Large"), headers, body)
+        self._conn.finish()
+

@@ -15,7 +15,7 @@ from ..errors import InvalidInput, status_of
 from ..protocol.generate import is_tensor_request, merge_generate, to_generate_json
 from ..protocol.infer_type import InferResponse
 from ..protocol.rest_codec import dumps, encode_infer_response, infer_request_from_dict, loads_json
-from .base import BaseHandler
+from .base import BaseHandler, cancel_on_disconnect
 from .cloudevents import decode_cloudevent, encode_cloudevent
 
 _EMPTY = object()
@@ -37,6 +37,7 @@ class StreamingHandler(BaseHandler):
     _stream_task: Optional[asyncio.Task] = None
 
     def on_connection_close(self) -> None:
+        super().on_connection_close()
         if self._stream_task is not None and not self._stream_task.done():
             self._stream_task.cancel()
 
@@ -90,6 +91,8 @@ class _GenerateBody:
         event = decode_cloudevent(self.request.body, self.request.headers)
         if event is None:
             doc = loads_json(self.request.body)
+            if not isinstance(doc, dict):
+                raise InvalidInput(f"the request body must be a JSON object, got {type(doc).__name__}")
         elif isinstance(event[0], dict):
             doc = event[0]
         else:
@@ -134,6 +137,7 @@ class GenerateHandler(BaseHandler, _GenerateBody):
 
     endpoint = "generate"
 
+    @cancel_on_disconnect
     async def post(self, name: str, version: Optional[str] = None) -> None:
         request, tensor_form, event = await self.read_request(name, version)
         response_headers: Dict[str, str] = {}

@@ -4,7 +4,7 @@ from typing import Any, Tuple
 from ..errors import InvalidInput, ModelNotReady
 from ..protocol.infer_type import InferResponse
 from ..protocol.rest_codec import dumps, encode_infer_response, loads_json
-from .base import JSON, BaseHandler
+from .base import JSON, BaseHandler, cancel_on_disconnect, encoded
 from .streaming import V1StreamingPredict
 from .cloudevents import decode_cloudevent
 
@@ -49,6 +49,7 @@ class PredictHandler(V1StreamingPredict):
 
     verb = "predict"
 
+    @cancel_on_disconnect
     async def post(self, name: str) -> None:
         model = await self.dataplane.ready_model(name)
         body = self.request.body
@@ -62,7 +63,7 @@ class PredictHandler(V1StreamingPredict):
         response, response_headers = await call(name, request, self.request_headers())
         if event is not None:
             return self.send_cloudevent(response, event, name, response_headers)
-        payload, content_type = encode_v1_response(response)
+        payload, content_type = encoded(name, encode_v1_response, response)
         self.send_body(payload, content_type, response_headers)
 
 

@@ -5,7 +5,7 @@ from ..errors import ModelNotReady, ServerNotReady
 from ..protocol.infer_type import InferResponse
 from ..protocol.rest_codec import (decode_infer_request, dumps, encode_infer_response, infer_request_from_dict, loads_json,
                                    parse_json_length)
-from .base import JSON, BaseHandler
+from .base import JSON, BaseHandler, cancel_on_disconnect, encoded
 from .cloudevents import decode_cloudevent
 
 BINARY_HEADER = "Inference-Header-Content-Length"
@@ -75,6 +75,7 @@ class InferHandler(BaseHandler):
 
     endpoint = "infer"
 
+    @cancel_on_disconnect
     async def post(self, name: str, version: Optional[str] = None) -> None:
         await self.dataplane.ready_model(name)
         body = self.request.body
@@ -90,11 +91,11 @@ class InferHandler(BaseHandler):
         if event is not None:
             return self.send_cloudevent(response, event, name, response_headers)
         if isinstance(response, InferResponse):
-            payload, out_length = encode_infer_response(response)
+            payload, out_length = encoded(name, encode_infer_response, response)
         elif isinstance(response, (bytes, bytearray)):
             payload, out_length = bytes(response), None
         else:
-            payload, out_length = dumps(response), None
+            payload, out_length = encoded(name, dumps, response), None
         if out_length is not None:
             self.set_header(BINARY_HEADER, str(out_length))
             self.send_body(payload, "application/octet-stream", response_headers)

@@ -15,12 +15,26 @@ from .binary import deserialize_bytes_tensor, serialize_bytes_tensor
 from .dtypes import DATATYPES, datatype_of, element_size, np_dtype_of
 
 
+#: numpy's limit on dimensions (NPY_MAXDIMS), and the most elements an int64 can count.
+MAX_DIMS = 64
+MAX_ELEMENTS = 2 ** 63 - 1
+
+
 def _check_shape(name: str, shape: Any) -> List[int]:
     if not isinstance(shape, (list, tuple)) or not all(type(d) is int for d in shape):
-        raise InvalidInput(f"input '{name}': shape must be a list of integers, got {shape!r}")
+        raise InvalidInput(f"input '{name}': shape must be a list of integers, got {_short(shape)}")
     if any(d < 0 for d in shape):
-        raise InvalidInput(f"input '{name}': shape {list(shape)} has a negative dimension")
+        raise InvalidInput(f"input '{name}': shape {_short(list(shape))} has a negative dimension")
+    if len(shape) > MAX_DIMS:
+        raise InvalidInput(f"input '{name}': shape has {len(shape)} dimensions; at most {MAX_DIMS} are supported")
+    if prod(shape) > MAX_ELEMENTS:
+        raise InvalidInput(f"input '{name}': shape {list(shape)} has more elements than an int64 can count")
     return list(shape)
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class Tensor:
@@ -147,12 +161,16 @@ class Tensor:
             raise InvalidInput(f"input '{self._name}': data does not fit datatype {self._datatype}: {e}") from None
 
     def as_string(self) -> List[str]:
-        """The elements of a BYTES tensor decoded as UTF-8 text, in C order."""
+        """The elements of a BYTES tensor decoded as UTF-8 text, in C order (InvalidInput if one is not UTF-8)."""
         if self._datatype != "BYTES":
             raise InvalidInput(f"invalid datatype {self._datatype} in the input")
         out = []
-        for item in self.as_numpy().reshape(-1):
-            out.append(item.decode("utf-8") if isinstance(item, (bytes, bytearray)) else str(item))
+        try:
+            for item in self.as_numpy().reshape(-1):
+                out.append(item.decode("utf-8") if isinstance(item, (bytes, bytearray)) else str(item))
+        except UnicodeDecodeError as e:
+            raise InvalidInput(f"input '{self._name}': element {len(out)} is not UTF-8 text ({e.reason} at byte "
+                               f"{e.start})") from None
         return out
 
     def _json_values(self) -> List:
@@ -188,9 +206,47 @@ class Tensor:
         arr = self.as_numpy()
         if self._datatype == "BYTES":
             return serialize_bytes_tensor(arr)
-        if self._datatype == "BOOL" and arr.dtype != np.bool_:
-            arr = arr.astype(np.bool_)
+        wire = np_dtype_of(self._datatype)
+        if wire is not None and arr.dtype != wire and self._datatype != "BF16":  # e.g. float64 data in an FP32 tensor: send what the datatype promises
+            try:
+                arr = arr.astype(wire)
+            except (TypeError, ValueError) as e:
+                raise InferenceError(f"tensor '{self._name}': {arr.dtype} data cannot be sent as "
+                                     f"{self._datatype}: {e}") from None
         return memoryview(np.ascontiguousarray(arr).reshape(-1)).cast("B")
+
+    def content_problem(self) -> Optional[str]:
+        """What is wrong with this tensor's shape, datatype or data (an output a model built), or None.
+
+        Cheap: counts, not values (nested JSON lists are checked on their first dimension only).
+        """
+        if self._datatype not in DATATYPES:
+            return f"datatype {self._datatype!r} is not a v2 datatype"
+        shape = self._shape
+        if not all(type(d) is int and d >= 0 for d in shape):
+            return f"shape {_short(shape)} is not a list of non-negative integers"
+        count = prod(shape)
+        if self._array is not None:
+            if not isinstance(self._array, np.ndarray):
+                return f"its data is a {type(self._array).__name__}, not a numpy array"
+            if self._array.size != count:
+                return f"shape {shape} needs {count} values but the data has {self._array.size}"
+        elif self._data is not None:
+            data = self._data
+            if not isinstance(data, (list, tuple)):
+                return f"its data is a {type(data).__name__}, not a list or numpy array"
+            if data and isinstance(data[0], (list, tuple)):
+                if not shape or len(data) != shape[0]:
+                    return f"shape {shape} does not match the nesting of its data ({len(data)} rows)"
+            elif len(data) != count:
+                return f"shape {shape} needs {count} values but the data has {len(data)}"
+        elif self._raw_data is not None:
+            expected = expected_nbytes(self._datatype, shape)
+            if expected >= 0 and len(self._raw_data) != expected:
+                return f"shape {shape} of {self._datatype} needs {expected} bytes but the data has {len(self._raw_data)}"
+        else:
+            return "it has no data"
+        return None
 
     def json_data(self) -> Any:
         """The content for a JSON body: a flat numpy array orjson writes natively, or a list."""
@@ -235,6 +291,8 @@ def _flatten(values: Any):
     if isinstance(values, (list, tuple)):
         for v in values:
             yield from _flatten(v)
+    elif isinstance(values, dict):
+        raise TypeError("a BYTES element is a JSON object, not text")
     else:
         yield values
 

@@ -5,7 +5,7 @@ import os
 import re
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, unquote_plus, urlsplit, urlunsplit
 
 Patterns = Optional[Union[str, Sequence[str]]]
 
@@ -20,7 +20,7 @@ class StorageError(RuntimeError):
     """
 
     def __init__(self, cause: str, uri: Optional[str] = None):
-        self.cause = one_line(cause)
+        self.cause = scrub(one_line(cause), uri)
         self.uri = uri
         super().__init__(f"cannot download {redact(uri)}: {self.cause}" if uri else self.cause)
 
@@ -46,14 +46,33 @@ def redact(uri: Optional[str]) -> str:
         userinfo, host = netloc.rsplit("@", 1)
         user = userinfo.split(":", 1)[0]
         netloc = f"{user}:***@{host}" if ":" in userinfo else f"***@{host}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if pairs:
-            query = urlencode([(k, "***" if _SECRET_PARAM.search(k) else v) for k, v in pairs], safe="*")
-        else:
-            query = "***"
+    query = "&".join(f"{k}=***" if sep and _SECRET_PARAM.search(unquote_plus(k)) else k + sep + v
+                     for k, sep, v in (part.partition("=") for part in parts.query.split("&"))) if parts.query else ""
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _secrets(uri: str) -> List[str]:
+    try:
+        parts = urlsplit(uri)
+        found = [parts.password] if parts.password else []
+    except ValueError:
+        return []
+    for k, sep, v in (part.partition("=") for part in parts.query.split("&")):
+        if sep and v and _SECRET_PARAM.search(unquote_plus(k)):
+            found += [v, unquote_plus(v), unquote(v)]
+    found = [s for s in found if len(s) >= 3]
+    return sorted(set(found + [quote(s, safe="") for s in found]), key=len, reverse=True)
+
+
+def scrub(text: str, uri: Optional[str]) -> str:
+    """``text`` with the secrets of ``uri`` (password, secret-looking query values) masked, in case an SDK
+    quoted the URL in its error."""
+    if not uri:
+        return text
+    text = text.replace(uri, redact(uri))
+    for secret in _secrets(uri):
+        text = text.replace(secret, "***")
+    return text
 
 
 def require(module: str, extra: str, package: str):

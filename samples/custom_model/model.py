@@ -1,12 +1,15 @@
-"""An iris classifier served by kserve_sdk: nearest class centroid over four flower measurements.
+"""An iris classifier served by kserve_sdk: a scikit-learn LogisticRegression trained by train.py.
 
-v1:  POST /v1/models/<name>:predict  {"instances": [[5.9, 3.0, 4.2, 1.5]]} -> {"predictions": [1]}
-v2:  POST /v2/models/<name>/infer    input "input-0" FP32 [N, 4]          -> output "output-0" INT64 [N]
+v1:  POST /v1/models/<name>:predict  {"instances": [[5.1, 3.5, 1.4, 0.2]]} -> {"predictions": [0]}
+v2:  POST /v2/models/<name>/infer    input "input-0" FP32 [N, 4]       -> output "output-0" INT64 [N]
+
+Classes: 0 setosa, 1 versicolor, 2 virginica. Measurements in centimetres: sepal length, sepal width,
+petal length, petal width.
 """
 import argparse
-import json
 import os
 
+import joblib
 import numpy as np
 
 import kserve_sdk as kserve
@@ -14,21 +17,20 @@ from kserve_sdk import model_server
 from kserve_sdk.utils.utils import get_predict_input, get_predict_response
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ARTEFACT = "centroids.json"
+ARTEFACT = "model.joblib"
 
 
 class IrisClassifier(kserve.Model):
-    """Predicts the iris class (0 setosa, 1 versicolor, 2 virginica) of each row of measurements."""
+    """Predicts the iris class of each row of four measurements."""
 
     def __init__(self, name: str, model_dir: str):
         super().__init__(name)
         self.model_dir = model_dir
-        self.centroids = None
+        self.classifier = None
         self.load()
 
     def load(self) -> bool:
-        with open(os.path.join(self.model_dir, ARTEFACT)) as f:
-            self.centroids = np.asarray(json.load(f)["centroids"], dtype=np.float32)
+        self.classifier = joblib.load(os.path.join(self.model_dir, ARTEFACT))
         self.ready = True
         return self.ready
 
@@ -40,8 +42,7 @@ class IrisClassifier(kserve.Model):
 
     def predict(self, payload, headers=None):
         rows = np.asarray(get_predict_input(payload), dtype=np.float32).reshape(-1, 4)
-        distances = ((rows[:, None, :] - self.centroids[None, :, :]) ** 2).sum(axis=2)
-        classes = distances.argmin(axis=1).astype(np.int64)
+        classes = self.classifier.predict(rows).astype(np.int64)
         return get_predict_response(payload, classes, self.name)
 
 

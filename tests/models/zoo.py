@@ -215,6 +215,54 @@ class Sleepy(kserve.Model):
 ZOO["sleepy"] = Sleepy
 
 
+class Faulty(kserve.Model):
+    """Misbehaves as its first v1 instance (or first v2 BYTES element) says: "raise", "wrongtype",
+    "unencodable", "shape", "badtype", "hang" (sleeps 3600 s), "sleep:<s>", "big:<bytes>"; "stats" reports
+    how many of its calls were cancelled. Not in the default set (tests/test_reliability.py serves it)."""
+
+    cancelled = 0
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.ready = True
+
+    async def predict(self, payload, headers=None):
+        v2 = isinstance(payload, InferRequest)
+        what = payload.inputs[0].as_string()[0] if v2 else payload["instances"][0]
+        try:
+            if what == "hang":
+                await asyncio.sleep(3600)
+            if isinstance(what, str) and what.startswith("sleep:"):
+                await asyncio.sleep(float(what[6:]))
+        except asyncio.CancelledError:
+            Faulty.cancelled += 1
+            raise
+        if what == "raise":
+            raise ValueError("bad weights")
+        if what == "wrongtype":
+            return 42 if v2 else object()
+        if what == "unencodable":
+            return {"predictions": [object()]}
+        if what == "shape":
+            return InferResponse(response_id="x", model_name=self.name,
+                                 infer_outputs=[InferOutput("out", [5], "FP32", data=[1.0, 2.0, 3.0])])
+        if what == "badtype":
+            return InferResponse(response_id="x", model_name=self.name,
+                                 infer_outputs=[InferOutput("out", [1], "FLOAT99", data=[1.0])])
+        if isinstance(what, str) and what.startswith("big:"):
+            return b"x" * int(what[4:])
+        if what == "stats":
+            return {"predictions": [Faulty.cancelled]}
+        if v2:
+            out = InferOutput("out", [1], "BYTES")
+            out.set_data_from_numpy(np.array([what.encode()], dtype=np.object_))
+            return InferResponse(response_id=payload.id, model_name=self.name, infer_outputs=[out])
+        return {"predictions": [what]}
+
+
+ZOO["faulty"] = Faulty
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(parents=[model_server.parser])
     args, _ = parser.parse_known_args()

@@ -16,6 +16,29 @@ from ..tensor import Tensor, check_tensor_header, expected_nbytes
 from . import grpc_predict_v2_pb2 as pb
 
 
+class Undecodable:
+    """What a gRPC request that is not a valid protobuf message (bad wire format, string fields that are not
+    UTF-8) is decoded as, so that it is answered INVALID_ARGUMENT rather than the library's UNKNOWN."""
+
+    id = model_name = model_version = name = ""
+
+    def __init__(self, message_type: str, error: Exception):
+        self.reason = f"the request is not a valid {message_type} message: {error}"
+
+
+def tolerant_parser(message_class):
+    """``message_class.FromString`` that returns an :class:`Undecodable` instead of raising."""
+    parse = message_class.FromString
+
+    def parse_or_note(data: bytes):
+        try:
+            return parse(data)
+        except Exception as e:  # google.protobuf.message.DecodeError, and UnicodeDecodeError on some builds
+            return Undecodable(message_class.__name__, e)
+
+    return parse_or_note
+
+
 def parameters_to_dict(params) -> Optional[Dict[str, Any]]:
     """A protobuf ``map<string, InferParameter>`` as a plain dict (None when empty)."""
     if not params:
@@ -44,6 +67,9 @@ def fill_parameters(target, params: Optional[Dict[str, Any]]) -> None:
             slot.string_param = str(value)
 
 
+_NARROW = frozenset({"INT8", "INT16", "UINT8", "UINT16"})
+
+
 def _typed_contents(tensor: Tensor, contents) -> Optional[np.ndarray]:
     """The values of a tensor's typed ``contents`` as a flat array, or None when there are none."""
     field = GRPC_CONTENT_DATATYPE_MAPPINGS.get(tensor.datatype)
@@ -59,6 +85,8 @@ def _typed_contents(tensor: Tensor, contents) -> Optional[np.ndarray]:
         flat[:] = list(values)
     else:
         try:
+            if tensor.datatype in _NARROW:  # int_contents / uint_contents hold 32 bits: numpy would wrap them
+                values = list(values)
             flat = np.array(values, dtype=np_dtype_of(tensor.datatype))
         except OverflowError as e:
             raise InvalidInput(f"input '{tensor.name}': {e}") from None
@@ -100,6 +128,8 @@ def _tensors_from_grpc(entries, raws, cls, kind: str) -> List[Tensor]:
 
 def infer_request_from_grpc(request) -> InferRequest:
     """A ``ModelInferRequest`` as an InferRequest (raw contents are kept as bytes, read as views)."""
+    if isinstance(request, Undecodable):
+        raise InvalidInput(request.reason)
     raws = list(request.raw_input_contents)
     inputs = _tensors_from_grpc(request.inputs, raws, InferInput, "input")
     outputs = [RequestedOutput(o.name, parameters_to_dict(o.parameters)) for o in request.outputs] or None
