@@ -8,7 +8,7 @@ import asyncio
 import inspect
 import logging
 import time
-from contextlib import aclosing
+from contextlib import aclosing, contextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -64,6 +64,17 @@ def _timeout_parameter(request: InferRequest) -> Optional[float]:
 
 async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
+
+
+@contextmanager
+def naming_the_model(model_name: str):
+    """Turn an exception of the model's own code into a ModelError naming the model (typed errors pass)."""
+    try:
+        yield
+    except Exception as e:
+        if is_untyped(e):
+            raise ModelError(model_name, e) from e
+        raise
 
 
 async def _single(value: Any) -> AsyncIterator[Any]:
@@ -223,23 +234,20 @@ class DataPlane:
                 timeout, source = asked, "the request's timeout parameter"
         self.begin_request(model_name)
         try:
-            if timeout is None and isinstance(model, Model):  # the common case, without a coroutine more
-                response, response_headers, timings = await model.run_pipeline(request, headers, verb)
-                self._record(model_name, headers, timings)
-            elif timeout is None:
-                response, response_headers = await _maybe_await(model(request, headers=headers, verb=verb))
-            else:
-                try:
-                    async with asyncio.timeout(timeout) as deadline:
-                        response, response_headers = await self._run_model(model, model_name, request, headers, verb)
-                except TimeoutError:
-                    if deadline.expired():
-                        raise DeadlineExceeded(model_name, timeout, source) from None
-                    raise
-        except Exception as e:
-            if is_untyped(e):
-                raise ModelError(model_name, e) from e
-            raise
+            with naming_the_model(model_name):
+                if timeout is None and isinstance(model, Model):  # the common case, without a coroutine more
+                    response, response_headers, timings = await model.run_pipeline(request, headers, verb)
+                    self._record(model_name, headers, timings)
+                elif timeout is None:
+                    response, response_headers = await _maybe_await(model(request, headers=headers, verb=verb))
+                else:
+                    try:
+                        async with asyncio.timeout(timeout) as deadline:
+                            response, response_headers = await self._run_model(model, model_name, request, headers, verb)
+                    except TimeoutError:
+                        if deadline.expired():
+                            raise DeadlineExceeded(model_name, timeout, source) from None
+                        raise
         finally:
             self.end_request(model_name)
         if isinstance(request, InferRequest):
@@ -299,16 +307,12 @@ class DataPlane:
             if items is None:  # a model that is not a Model subclass answers once
                 items = _single((await _maybe_await(model(request, headers=headers)))[0])
             async with aclosing(items) as responses:
-                try:
+                with naming_the_model(model_name):
                     async for item in responses:
                         if first is None:
                             first = time.perf_counter() - start
                         count += 1
                         yield item
-                except Exception as e:
-                    if is_untyped(e):
-                        raise ModelError(model_name, e) from e
-                    raise
         finally:
             self.end_request(model_name)
             metrics.stream_finished(model_name, protocol, count, first)
