@@ -32,6 +32,20 @@ def http_get(url: str, timeout: float = 5.0):
         return e.code, e.read()
 
 
+def stop_process_group(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
+    """Signal a process started with ``start_new_session=True`` and its group; SIGKILL if it lingers."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+    except ProcessLookupError:
+        pass
+
+
 class Server:
     """A server process started from a script with KServe CLI flags."""
 
@@ -83,16 +97,8 @@ class Server:
         return self.proc.wait(timeout=timeout)
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, sig)
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=5)
-        except ProcessLookupError:
-            pass
+        if self.proc is not None:
+            stop_process_group(self.proc, sig)
 
 
 @pytest.fixture(scope="session")

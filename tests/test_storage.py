@@ -27,6 +27,7 @@ import zipfile
 from typing import Dict, List, Optional
 
 import pytest
+from conftest import stop_process_group
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 from tornado.web import Application, RequestHandler
@@ -146,15 +147,7 @@ class Proc:
             raise RuntimeError(f"{self.name} did not listen on {port}:\n{f.read()[-3000:]}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
-            except ProcessLookupError:
-                pass
+        stop_process_group(self.proc, timeout=10)
         os.unlink(self.log.name)
 
 

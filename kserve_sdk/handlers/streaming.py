@@ -26,11 +26,6 @@ def sse_event(payload: bytes) -> bytes:
     return b"data: " + payload + b"\n\n"
 
 
-def json_line(payload: bytes) -> bytes:
-    """One line of newline-delimited JSON."""
-    return payload + b"\n"
-
-
 class StreamingHandler(BaseHandler):
     """Writes an async iterator of responses as they come, flushing each one."""
 
