@@ -20,7 +20,8 @@ from .logging import trace_logger
 from .model import InferenceModel, InferenceVerb, Model
 from .model_repository import ModelRepository
 from .protocol.infer_type import InferRequest, InferResponse
-from .protocol.tensor import Tensor
+from .protocol.tensor import Tensor, in_shared_memory
+from .shared_memory import SharedMemoryRegistry, uses_shared_memory
 from .utils.utils import generate_uuid, get_predict_response
 
 try:
@@ -31,7 +32,7 @@ except Exception:  # not installed as a distribution (e.g. run from a checkout)
     SERVER_VERSION = "0.1.0"
 
 SERVER_NAME = "kserve-sdk"
-SERVER_EXTENSIONS = ["model_repository_extension", "binary_tensor_data"]
+SERVER_EXTENSIONS = ["model_repository_extension", "binary_tensor_data", "system_shared_memory"]
 
 #: Model names longer than this are refused (400) unless a model is registered under them.
 MAX_MODEL_NAME_LENGTH = 256
@@ -85,7 +86,8 @@ class DataPlane:
     """Health, metadata, inference and explanation over a model repository."""
 
     def __init__(self, model_registry: ModelRepository, enable_latency_logging: bool = True,
-                 max_concurrent_requests: Optional[int] = None, request_timeout_seconds: Optional[float] = None):
+                 max_concurrent_requests: Optional[int] = None, request_timeout_seconds: Optional[float] = None,
+                 allow_client_shm: bool = False):
         self._model_registry = model_registry
         #: Inference calls this worker answers at once; more are refused with ServerBusy (None: no limit).
         self.max_concurrent_requests = max_concurrent_requests or None
@@ -97,8 +99,11 @@ class DataPlane:
         self._idle: Optional[asyncio.Event] = None
         self._model_calls: Dict[str, int] = {}  # calls in flight per model, so unload can wait for them
         self._unloading: set = set()
-        # Set by the server with --workers N: called after a local load/unload to pass it to every worker.
-        self.repository_hook: Optional[Callable[[str, str], Awaitable[None]]] = None
+        #: System shared-memory regions clients registered (Triton's extension).
+        self.shared_memory = SharedMemoryRegistry(allow_client_shm)
+        # Set by the server with --workers N: called after a local change (model load/unload, shared-memory
+        # registration) as (op, name, args) to pass it to every worker, which apply it with apply_change.
+        self.share_change: Optional[Callable[[str, str, Dict[str, Any]], Awaitable[None]]] = None
 
     # --- request lifecycle ------------------------------------------------------------------------
     def begin_request(self, model_name: str) -> None:
@@ -232,6 +237,9 @@ class DataPlane:
             asked = _timeout_parameter(request)
             if asked is not None and (timeout is None or asked < timeout):
                 timeout, source = asked, "the request's timeout parameter"
+        shm = isinstance(request, InferRequest) and uses_shared_memory(request)
+        if shm:
+            self.shared_memory.read_inputs(request)
         self.begin_request(model_name)
         try:
             with naming_the_model(model_name):
@@ -252,6 +260,8 @@ class DataPlane:
             self.end_request(model_name)
         if isinstance(request, InferRequest):
             response = self._as_v2_response(model_name, request, response)
+            if shm and isinstance(response, InferResponse):
+                self.shared_memory.write_outputs(request, response)
         return response, response_headers or {}
 
     async def _run_model(self, model: Any, model_name: str, request: Any, headers: Dict[str, str],
@@ -275,6 +285,11 @@ class DataPlane:
         closed at once when the caller stops iterating (a client that went away).
         """
         model = await self.ready_model(model_name)
+        if isinstance(request, InferRequest) and uses_shared_memory(request):
+            self.shared_memory.read_inputs(request)
+            if any(in_shared_memory(wanted) for wanted in request.request_outputs or ()):
+                raise InvalidInput("streamed responses cannot be written to shared memory: request the outputs "
+                                   "without shared_memory_region")
         response_headers = {} if response_headers is None else response_headers
         timings: Dict[str, float] = {}
         # a Model, or another InferenceModel with Model.stream's signature (kserve_sdk.ray.RayModel), streams
@@ -364,14 +379,14 @@ class DataPlane:
         """
         check_model_name(name)
         await self.load_here(name)
-        if self.repository_hook is not None:
-            await self.repository_hook("load", name)
+        if self.share_change is not None:
+            await self.share_change("load", name, {})
 
     async def unload(self, name: str, timeout: float = 60.0) -> None:
         """Unload a model here and then in every other worker (see :meth:`unload_here`)."""
         await self.unload_here(name, timeout)
-        if self.repository_hook is not None:
-            await self.repository_hook("unload", name)
+        if self.share_change is not None:
+            await self.share_change("unload", name, {})
 
     async def load_here(self, name: str) -> None:
         """Load a model in this process only."""
@@ -403,3 +418,32 @@ class DataPlane:
             self._model_registry.unload(name)
         finally:
             self._unloading.discard(name)
+
+    async def apply_change(self, op: str, name: str, args: Dict[str, Any]) -> None:
+        """Apply a change another worker made (see ``share_change``) in this process."""
+        if op == "load":
+            await self.load_here(name)
+        elif op == "unload":
+            await self.unload_here(name)
+        elif op == "shm_register":
+            self.shared_memory.register(name, args["key"], args["offset"], args["byte_size"])
+        elif op == "shm_unregister":
+            self.shared_memory.unregister(name)
+
+    # --- system shared memory -----------------------------------------------------------------------
+    async def register_shared_memory(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Register ``byte_size`` bytes at ``offset`` of shared-memory object ``key`` as region ``name``,
+        in every worker."""
+        self.shared_memory.register(name, key, offset, byte_size)
+        if self.share_change is not None:
+            await self.share_change("shm_register", name, {"key": key, "offset": offset, "byte_size": byte_size})
+
+    async def unregister_shared_memory(self, name: str = "") -> None:
+        """Forget region ``name`` (all regions when empty), in every worker."""
+        self.shared_memory.unregister(name)
+        if self.share_change is not None:
+            await self.share_change("shm_unregister", name, {})
+
+    def shared_memory_status(self, name: str = "") -> List[Dict[str, Any]]:
+        """The registered regions (only ``name`` when given): name, key, offset, byte_size."""
+        return self.shared_memory.status(name)

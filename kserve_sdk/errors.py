@@ -170,6 +170,17 @@ class ServerNotLive(RuntimeError):
         return self.error_msg
 
 
+class SharedMemoryForbidden(RuntimeError):
+    """A client used system shared memory on a server started without ``--allow_client_shm`` (403 /
+    PERMISSION_DENIED)."""
+
+    http_status = HTTPStatus.FORBIDDEN
+    grpc_code = "PERMISSION_DENIED"
+
+    def __str__(self) -> str:
+        return "system shared memory is off on this server; start it with --allow_client_shm true to use it"
+
+
 class NoModelReady(RuntimeError):
     """``ModelServer.start`` was given models and none of them is ready."""
 

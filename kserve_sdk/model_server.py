@@ -98,6 +98,9 @@ _flag("max_concurrent_requests", default=None, type=int,
 _flag("request_timeout_seconds", default=None, type=float,
       help="Seconds an inference call may take before it is cancelled and answered 504 / DEADLINE_EXCEEDED "
            "(default: no limit; a request's `timeout` parameter, in microseconds, can only shorten it).")
+_flag("allow_client_shm", default=False, type=strtobool,
+      help="Let clients register system shared-memory regions (/v2/systemsharedmemory) and pass tensors "
+           "through them. Off by default: a client could read and write this host's shared memory.")
 _flag("body_timeout_seconds", default=300, type=float,
       help="Seconds a client may take to send a REST request body before the connection is closed.")
 _flag("ssl_certfile", default=os.environ.get(KSERVE_TLS_CERT_FILE_ENV), type=str, help="Serve HTTPS with this cert.")
@@ -187,7 +190,7 @@ class ModelServer:
             args.predictor_request_timeout_seconds, args.predictor_request_retries,
             args.enable_predictor_health_check))
         self.dataplane = DataPlane(self.registered_models, enable_latency_logging, args.max_concurrent_requests,
-                                   args.request_timeout_seconds)
+                                   args.request_timeout_seconds, args.allow_client_shm)
         self._stopping: Optional[asyncio.Event] = None
         self._servers: List[Any] = []
 
@@ -261,7 +264,7 @@ class ModelServer:
             if model.engine:
                 await model.start_engine()
         if control_dir:
-            await self._share_repository_changes(control_dir)
+            await self._share_changes(control_dir)
         self._start_http(sockets)
         if self.enable_grpc:
             await self._start_grpc(reuse_port)
@@ -270,33 +273,34 @@ class ModelServer:
         await self._stopping.wait()
         await self._shutdown()
 
-    async def _share_repository_changes(self, control_dir: str) -> None:
-        """With workers: replay the changes made so far, apply siblings' changes when signalled, and
-        pass this worker's changes on (waiting until every worker has them)."""
+    async def _share_changes(self, control_dir: str) -> None:
+        """With workers: replay the changes made so far (model loads, shared-memory regions), apply
+        siblings' changes when signalled, and pass this worker's changes on (waiting until every worker
+        has them)."""
         from .workers import ControlChannel
 
         channel, lock = ControlChannel(control_dir), asyncio.Lock()
 
         async def apply_unseen() -> None:
             async with lock:
-                for key, op, name, origin in channel.unseen():
+                for key, op, name, args, origin in channel.unseen():
                     if origin != os.getpid():
                         try:
-                            await (self.dataplane.load_here(name) if op == "load" else self.dataplane.unload_here(name))
+                            await self.dataplane.apply_change(op, name, args)
                         except Exception as e:  # the originating worker reported it to its client
-                            logger.warning("applying %s of model %s from worker %s: %s", op, name, origin, e)
+                            logger.warning("applying %s of %s from worker %s: %s", op, name, origin, e)
                     channel.applied = key
                 channel.acknowledge()
 
-        async def publish(op: str, name: str) -> None:
-            key = channel.publish(op, name)
+        async def publish(op: str, name: str, args: dict) -> None:
+            key = channel.publish(op, name, args)
             deadline = time.monotonic() + 10
             while not channel.all_acknowledged(key) and time.monotonic() < deadline:
                 await asyncio.sleep(0.005)
 
         await apply_unseen()
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, lambda: asyncio.ensure_future(apply_unseen()))
-        self.dataplane.repository_hook = publish
+        self.dataplane.share_change = publish
 
     def _start_http(self, sockets: Optional[List[socket.socket]]) -> None:
         ssl_options = None

@@ -164,7 +164,8 @@ def accept_balanced(server, sockets, busy: Callable[[], int]) -> None:
 
 
 class ControlChannel:
-    """Repository changes (load / unload) shared by all workers through a directory.
+    """Changes to a worker's state (model load / unload, shared-memory regions) shared by all workers
+    through a directory.
 
     The worker that performs a change writes it as a command file and signals the parent (SIGUSR1),
     which signals every worker; each applies the commands it has not seen, in order, and acknowledges
@@ -176,14 +177,14 @@ class ControlChannel:
         self.directory = directory
         self.applied = ""  # name of the newest command applied by this process
 
-    def publish(self, op: str, name: str) -> str:
+    def publish(self, op: str, name: str, args: dict) -> str:
         """Record a change made by this worker; returns its sequence key."""
         import json
 
         key = f"{time.time_ns():020d}-{os.getpid()}"
         path = os.path.join(self.directory, f"cmd-{key}.json")
         with open(path + ".tmp", "w") as f:
-            json.dump({"op": op, "name": name, "origin": os.getpid()}, f)
+            json.dump({"op": op, "name": name, "args": args, "origin": os.getpid()}, f)
         os.replace(path + ".tmp", path)
         self.applied = max(self.applied, key)
         self.acknowledge()
@@ -191,7 +192,7 @@ class ControlChannel:
         return key
 
     def unseen(self) -> list:
-        """Commands newer than the last one applied here, oldest first: [(key, op, name, origin)]."""
+        """Commands newer than the last one applied here, oldest first: [(key, op, name, args, origin)]."""
         import json
 
         out = []
@@ -199,7 +200,7 @@ class ControlChannel:
             if entry.startswith("cmd-") and entry.endswith(".json") and entry[4:-5] > self.applied:
                 with open(os.path.join(self.directory, entry)) as f:
                     doc = json.load(f)
-                out.append((entry[4:-5], doc["op"], doc["name"], doc["origin"]))
+                out.append((entry[4:-5], doc["op"], doc["name"], doc["args"], doc["origin"]))
         return out
 
     def acknowledge(self) -> None:

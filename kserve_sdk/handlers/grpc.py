@@ -210,6 +210,23 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         await self.dataplane.unload(request.model_name)
         return pb.RepositoryModelUnloadResponse()
 
+    @answers_errors
+    async def SystemSharedMemoryStatus(self, request, context):
+        Region = pb.SystemSharedMemoryStatusResponse.RegionStatus
+        return pb.SystemSharedMemoryStatusResponse(regions={
+            r["name"]: Region(name=r["name"], key=r["key"], offset=r["offset"], byte_size=r["byte_size"])
+            for r in self.dataplane.shared_memory_status(request.name)})
+
+    @answers_errors
+    async def SystemSharedMemoryRegister(self, request, context):
+        await self.dataplane.register_shared_memory(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @answers_errors
+    async def SystemSharedMemoryUnregister(self, request, context):
+        await self.dataplane.unregister_shared_memory(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
 
 class _TolerantRegistration:
     """Stands in for the server while the generated code registers the service: each method's request

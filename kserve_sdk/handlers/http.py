@@ -53,6 +53,7 @@ def request_logger(dataplane: DataPlane, access_log_format: Optional[str]):
 
 _MODEL = r"([^/]+?)"
 _VERSION = r"(?:/versions/([^/]+))?"
+_REGION = r"([^/]+)"
 
 
 def make_app(dataplane: DataPlane, access_log_format: Optional[str] = None, enable_docs_url: bool = False,
@@ -78,6 +79,11 @@ def make_app(dataplane: DataPlane, access_log_format: Optional[str] = None, enab
         (rf"/v2/models/{_MODEL}{_VERSION}/ready", v2.ModelReadyHandler),
         (rf"/v2/models/{_MODEL}{_VERSION}", v2.ModelMetadataHandler),
         (r"/v2/repository/index", v2.RepositoryIndexHandler),
+        (r"/v2/systemsharedmemory/status", v2.SharedMemoryStatusHandler),
+        (rf"/v2/systemsharedmemory/region/{_REGION}/status", v2.SharedMemoryStatusHandler),
+        (rf"/v2/systemsharedmemory/region/{_REGION}/register", v2.SharedMemoryRegisterHandler),
+        (r"/v2/systemsharedmemory/unregister", v2.SharedMemoryUnregisterHandler),
+        (rf"/v2/systemsharedmemory/region/{_REGION}/unregister", v2.SharedMemoryUnregisterHandler),
         (rf"/v2/repository/models/{_MODEL}/(load|unload)", v2.RepositoryHandler),
         (r"/openapi\.json", docs.OpenAPIHandler),
         *docs.docs_routes(enable_docs_url),

@@ -1,7 +1,7 @@
 """Open Inference Protocol v2 REST: health, metadata, readiness, infer (with the binary extension)."""
 from typing import Optional
 
-from ..errors import ModelNotReady, ServerNotReady
+from ..errors import InvalidInput, ModelNotReady, ServerNotReady
 from ..protocol.infer_type import InferResponse
 from ..protocol.rest_codec import (decode_infer_request, dumps, encode_infer_response, infer_request_from_dict, loads_json,
                                    parse_json_length)
@@ -131,3 +131,35 @@ class RepositoryIndexHandler(BaseHandler):
             ready_only = bool(doc.get("ready")) if isinstance(doc, dict) else False
         entries = await self.dataplane.repository_index()
         self.send_json([e for e in entries if e["state"] == "READY"] if ready_only else entries)
+
+
+class SharedMemoryStatusHandler(BaseHandler):
+    """``GET /v2/systemsharedmemory[/region/<r>]/status``: the registered regions."""
+
+    endpoint = "shm_status"
+
+    def get(self, region: str = "") -> None:
+        self.send_json(self.dataplane.shared_memory_status(region or ""))
+
+
+class SharedMemoryRegisterHandler(BaseHandler):
+    """``POST /v2/systemsharedmemory/region/<r>/register`` with ``{"key", "offset", "byte_size"}``."""
+
+    endpoint = "shm_register"
+
+    async def post(self, region: str) -> None:
+        doc = loads_json(self.request.body or b"null")
+        if not isinstance(doc, dict) or "key" not in doc or "byte_size" not in doc:
+            raise InvalidInput('register a region with a JSON object {"key": ..., "offset": ..., "byte_size": ...}')
+        await self.dataplane.register_shared_memory(region, doc["key"], doc.get("offset", 0), doc["byte_size"])
+        self.send_json({})
+
+
+class SharedMemoryUnregisterHandler(BaseHandler):
+    """``POST /v2/systemsharedmemory[/region/<r>]/unregister``: forget one region, or all of them."""
+
+    endpoint = "shm_unregister"
+
+    async def post(self, region: str = "") -> None:
+        await self.dataplane.unregister_shared_memory(region or "")
+        self.send_json({})

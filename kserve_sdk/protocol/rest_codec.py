@@ -13,7 +13,7 @@ import orjson
 
 from ..errors import InvalidInput
 from .infer_type import InferInput, InferOutput, InferRequest, InferResponse, RequestedOutput
-from .tensor import Tensor, check_tensor_header, expected_nbytes
+from .tensor import Tensor, check_tensor_header, expected_nbytes, in_shared_memory
 
 _DUMPS_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -127,7 +127,7 @@ def _decode_tensors(entries: List, cls: type, body, json_length: Optional[int], 
                                 json_length)
             tensor._raw_data = view[offset:offset + size]
             offset += size
-        else:
+        elif not in_shared_memory(tensor):  # shared-memory content is read by the data plane
             raise InvalidInput(f"'data' field is missing for {kind} '{name}'")
         tensors.append(tensor)
     return tensors, offset
@@ -192,7 +192,9 @@ def _encode_tensors(pairs, doc: Dict, key: str) -> Tuple[bytes, Optional[int]]:
     for tensor, binary in pairs:
         entry = {"name": tensor.name, "datatype": tensor.datatype, "shape": tensor.shape}
         params = {k: v for k, v in (tensor.parameters or {}).items() if k not in ("binary_data_size", "binary_data")}
-        if binary:
+        if in_shared_memory(tensor):
+            pass  # the content is in the client's region already
+        elif binary:
             raw = tensor.raw_bytes()
             params["binary_data_size"] = len(raw)
             raws.append(raw)

@@ -15,6 +15,9 @@ from .binary import deserialize_bytes_tensor, serialize_bytes_tensor
 from .dtypes import DATATYPES, datatype_of, element_size, np_dtype_of
 
 
+#: The tensor parameter that puts a tensor's content in a system shared-memory region (Triton's extension).
+SHM_REGION = "shared_memory_region"
+
 #: numpy's limit on dimensions (NPY_MAXDIMS), and the most elements an int64 can count.
 MAX_DIMS = 64
 MAX_ELEMENTS = 2 ** 63 - 1
@@ -320,6 +323,13 @@ def check_tensor_header(name: Any, shape: Any, datatype: Any) -> List[int]:
     if not isinstance(datatype, str) or datatype.upper() not in DATATYPES:
         raise InvalidInput(f"input '{name}': unsupported datatype {datatype!r}")
     return shape
+
+
+def in_shared_memory(tensor: Any) -> bool:
+    """Whether a tensor's (or a requested output's) content lives in a shared-memory region, so it carries
+    no data on the wire."""
+    params = tensor.parameters
+    return bool(params) and SHM_REGION in params
 
 
 def expected_nbytes(datatype: str, shape: List[int]) -> int:

@@ -12,7 +12,7 @@ from ...constants.constants import GRPC_CONTENT_DATATYPE_MAPPINGS
 from ...errors import InvalidInput
 from ..dtypes import np_dtype_of
 from ..infer_type import InferInput, InferOutput, InferRequest, InferResponse, RequestedOutput
-from ..tensor import Tensor, check_tensor_header, expected_nbytes
+from ..tensor import SHM_REGION, Tensor, check_tensor_header, expected_nbytes, in_shared_memory
 from . import grpc_predict_v2_pb2 as pb
 
 
@@ -94,20 +94,29 @@ def _typed_contents(tensor: Tensor, contents) -> Optional[np.ndarray]:
 
 
 def _tensors_from_grpc(entries, raws, cls, kind: str) -> List[Tensor]:
-    if raws and len(raws) != len(entries):
-        raise InvalidInput(f"{len(raws)} raw {kind} contents given for {len(entries)} {kind}s")
+    # Tensors in shared memory may have no raw content: then the raw contents belong to the others, in order.
+    aligned = len(raws) == len(entries)
+    if raws and not aligned:
+        in_place = sum(1 for e in entries if SHM_REGION not in e.parameters)
+        if len(raws) != in_place:
+            raise InvalidInput(f"{len(raws)} raw {kind} contents given for {in_place} {kind}s")
+    next_raw = iter(raws).__next__
     tensors, seen = [], set()
-    for i, entry in enumerate(entries):
+    for entry in entries:
         shape = check_tensor_header(entry.name, list(entry.shape), entry.datatype)
         if entry.name in seen:
             raise InvalidInput(f"duplicate {kind} name '{entry.name}'")
         seen.add(entry.name)
         tensor = cls(entry.name, shape, entry.datatype, parameters=parameters_to_dict(entry.parameters))
         flat = _typed_contents(tensor, entry.contents)
-        if raws:
+        if in_shared_memory(tensor):
+            if raws and aligned:
+                next_raw()  # the empty placeholder of a tensor in shared memory
+            # the data plane reads the content from the region
+        elif raws:
             if flat is not None:
                 raise InvalidInput(f"{kind} '{entry.name}' has typed contents but the message also has raw contents")
-            raw = raws[i]
+            raw = next_raw()
             expected = expected_nbytes(tensor.datatype, shape)
             if expected >= 0 and len(raw) != expected:
                 raise InvalidInput(f"{kind} '{entry.name}': {len(raw)} raw bytes do not match shape {shape} "
@@ -152,7 +161,10 @@ def _tensor_message(msg, tensor: Tensor, raw: bool, raws: List[bytes]) -> None:
     msg.shape.extend(tensor.shape)
     params = {k: v for k, v in (tensor.parameters or {}).items() if k not in ("binary_data_size", "binary_data")}
     fill_parameters(msg.parameters, params)
-    if raw:
+    if in_shared_memory(tensor):
+        if raw:
+            raws.append(b"")  # clients find an output's raw content by its index
+    elif raw:
         raws.append(bytes(tensor.raw_bytes()))
     else:
         getattr(msg.contents, GRPC_CONTENT_DATATYPE_MAPPINGS[tensor.datatype]).extend(_typed_values(tensor))
