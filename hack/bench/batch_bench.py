@@ -13,7 +13,6 @@ from /metrics, the kserve_batch_size histogram of the timed window. See README.m
 
 import http.client
 import re
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -87,7 +86,8 @@ def batch_histogram(port):
     return out
 
 
-def main():
+def parser():
+    """The command line of this bench (benchlib's flags, the model's cost and batching, wrk's)."""
     ap = benchlib.arg_parser("Adaptive batching on vs off (kserve_sdk), wrk at concurrency 64.", CASES)
     ap.set_defaults(targets=",".join(TARGETS), duration=10, warmup=2)
     ap.add_argument("--cost-ms", type=float, default=20.0, help="sleep per predict call (default 20)")
@@ -97,10 +97,25 @@ def main():
     ap.add_argument("--max-latency-ms", type=float, default=5.0)
     ap.add_argument("--threads", type=int, default=1, help="wrk threads (default 1)")
     ap.add_argument("--timeout", type=int, default=10, help="wrk per-request timeout in s (default 10)")
-    args = ap.parse_args()
-    if shutil.which("wrk") is None:
-        raise SystemExit("wrk not found: apt-get update && apt-get install -y wrk")
+    return ap
 
+
+def histogram_delta(before, after):
+    """(predict calls, [(batch size label, calls)]) between two batch_histogram snapshots."""
+    les = sorted(after)
+    cum = [after[le] - before.get(le, 0) for le in les]
+    per, lo = [], 1
+    for le, c, prev in zip(les, cum, [0] + cum[:-1]):
+        label = f">{lo - 1}" if le == float("inf") else (f"{lo}" if lo == int(le) else f"{lo}-{int(le)}")
+        if c - prev:
+            per.append((label, int(c - prev)))
+        lo = int(le) + 1 if le != float("inf") else lo
+    return int(cum[-1]) if cum else 0, per
+
+
+def spec(args):
+    """This bench as a benchlib.Bench; its data gets 'batch_sizes': {target: [(label, calls)]} and
+    'on_off' (req/s ratio) once the report ran."""
     windows = {}    # target name -> (before, after) histogram around the last (timed) load run
 
     def load(args, target, case, payload, seconds):
@@ -112,30 +127,29 @@ def main():
     def report(rows, targets, cases):
         print("\nkserve_batch_size over the timed window (requests merged per predict call, from /metrics):")
         for t in targets:
-            before, after = windows.get(t.name, ({}, {}))
-            les = sorted(after)
-            cum = [after[le] - before.get(le, 0) for le in les]
-            total = cum[-1] if cum else 0
+            total, per = histogram_delta(*windows.get(t.name, ({}, {})))
+            bench.data.setdefault("batch_sizes", {})[t.name] = per
             if not total:
                 print(f"  {t.name:<9} no batches recorded" + (" (batching off)" if t.name == "batch-off" else ""))
                 continue
-            per, lo = [], 1
-            for le, c, prev in zip(les, cum, [0] + cum[:-1]):
-                label = f">{lo - 1}" if le == float("inf") else (f"{lo}" if lo == int(le) else f"{lo}-{int(le)}")
-                if c - prev:
-                    per.append(f"[{label}] {int(c - prev)}")
-                lo = int(le) + 1 if le != float("inf") else lo
-            print(f"  {t.name:<9} {int(total)} predict calls; " + ", ".join(per))
+            print(f"  {t.name:<9} {total} predict calls; " + ", ".join(f"[{lb}] {n}" for lb, n in per))
         off, on = rows.get(("batch-off", cases[0].key)), rows.get(("batch-on", cases[0].key))
         if off and on and off.rps and on.rps:
+            bench.data["on_off"] = on.rps / off.rps
             print(f"\nbatching on/off: {on.rps / off.rps:.2f}x req/s; "
                   f"p50 {fmt_ratio(on.p50, off.p50)}, p99 {fmt_ratio(on.p99, off.p99)} (on/off)")
 
-    benchlib.main(args, tag="batch_bench", all_cases=CASES, proto="http",
-                  make_payload=http_bench.make_payload, check=check, load=load,
-                  err_cols=[("non2xx", "non2xx"), ("sockerr", "sockerr")],
-                  banner=f"wrk -t{args.threads}, wrk timeout {args.timeout}s",
-                  make_targets=make_targets, base="batch-off", report=report)
+    bench = benchlib.Bench(tag="batch_bench", cases=CASES, proto="http", make_payload=http_bench.make_payload,
+                           check=check, load=load, err_cols=[("non2xx", "non2xx"), ("sockerr", "sockerr")],
+                           banner=f"wrk -t{args.threads}, wrk timeout {args.timeout}s",
+                           make_targets=make_targets, base="batch-off", report=report)
+    return bench
+
+
+def main():
+    args = parser().parse_args()
+    http_bench.require_wrk()
+    benchlib.main(args, spec(args))
 
 
 def fmt_ratio(a, b):

@@ -1,13 +1,16 @@
-"""What http_bench.py and grpc_bench.py share.
+"""What the benches share.
 
-Cases and their selection, the four targets (how each server is started on
-free 127.0.0.1 ports and how its readiness is probed), process-group start and
-stop, peak memory and idle detection over the server's process tree, the
+Cases and their selection, the targets (how each server is started on free
+127.0.0.1 ports and how its readiness is probed), process-group start and
+stop, memory, CPU time and idle detection over the server's process tree, the
 per-(target, case) measurement flow, the result table and the main loop.
 
-A bench module supplies three things to ``main``: the cases, ``check`` (one
-real request, returns None or what is wrong) and ``load`` (one timed load run,
-returns a ``LoadResult``). Everything else is here.
+A bench module describes itself as a ``Bench``: the cases, ``check`` (one real
+request, returns None or what is wrong, or raises ``NotApplicable``) and
+``load`` (one timed load run, returns a ``LoadResult``). ``run_bench`` starts
+the targets, measures every (case, target) and returns the rows as data
+(run_all.py uses that); ``main`` does the same for one bench on the command
+line and prints its table.
 """
 
 import argparse
@@ -110,6 +113,7 @@ def reset_hwm(pid):
 
 
 def cpu_ticks(pid):
+    """utime + stime in clock ticks, summed over pid and its descendants."""
     total = 0
     for p in proc_tree(pid):
         try:
@@ -141,17 +145,59 @@ def wait_idle(pid, timeout=60.0, interval=0.25):
     return time.monotonic() - t0
 
 
-def peak_mib(pid):
+def status_mib(pid, key):
+    """A /proc/<pid>/status kB field (e.g. VmRSS, VmHWM) summed over the process tree, in MiB."""
     total = 0
     for p in proc_tree(pid):
         try:
             with open(f"/proc/{p}/status") as f:
                 for line in f:
-                    if line.startswith("VmHWM:"):
+                    if line.startswith(key + ":"):
                         total += int(line.split()[1])
         except OSError:
             pass
     return total / 1024
+
+
+def peak_mib(pid):
+    """VmHWM (peak RSS since start or the last reset_hwm) summed over the process tree, in MiB."""
+    return status_mib(pid, "VmHWM")
+
+
+def rss_mib(pid):
+    """Current RSS summed over the process tree, in MiB."""
+    return status_mib(pid, "VmRSS")
+
+
+def stop_group(proc, grace=10):
+    """SIGTERM proc's process group, SIGKILL it after grace seconds. proc was started with
+    start_new_session=True."""
+    if proc is None or proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_bounded(cmd, timeout, **kwargs):
+    """Run cmd in its own process group; (returncode, stdout, stderr) or None when it did not
+    finish within timeout. The group is stopped on timeout, on errors and on Ctrl-C."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=True, **kwargs)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        stop_group(proc, grace=5)
 
 
 # --------------------------------------------------------------------------- readiness
@@ -204,6 +250,7 @@ class Target:
     unavailable: str = ""                              # whole target skipped: why
     proc: subprocess.Popen = None
     log: str = ""
+    ready_s: float = None                              # seconds from start to ready
 
     def start(self, workdir):
         self.log = os.path.join(workdir, f"{self.name}.log")
@@ -217,32 +264,20 @@ class Target:
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
 
-    def wait_ready(self, timeout):
+    def wait_ready(self, timeout, interval=0.2):
+        """None once ready(self) is true, else why not (exited, or timeout seconds passed)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.alive():
                 return f"exited with code {self.proc.returncode} before ready"
             if self.ready(self):
                 return None
-            time.sleep(0.2)
+            time.sleep(interval)
         return f"not ready after {timeout:.0f}s"
 
     def stop(self):
         """SIGTERM the process group, SIGKILL it after 10 s."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(timeout=5)
+        stop_group(self.proc)
 
     def log_tail(self, n=25):
         try:
@@ -342,6 +377,10 @@ def build_targets(names, args, workdir, proto, unsupported=None, *, model=MODEL,
 
 # --------------------------------------------------------------------------- one measurement
 
+class NotApplicable(Exception):
+    """Raised by a bench's check when the target cannot serve the case (the row says n/a and why)."""
+
+
 @dataclass
 class LoadResult:
     """What one load run produced, load-generator independent."""
@@ -362,32 +401,48 @@ class Row:
     p99: float = None
     errors: dict = field(default_factory=dict)
     mem: float = None
+    cpu_ms: float = None  # server CPU (utime+stime, process tree) per answer over the timed window
     note: str = ""        # n/a reason or error text
 
 
+def precheck(target, case, payload, check):
+    """The row's note when the (target, case) cannot be measured, else ''."""
+    if target.unavailable:
+        return "n/a: " + target.unavailable.splitlines()[0]
+    if case.name in target.unsupported:
+        return "n/a: " + target.unsupported[case.name]
+    if not target.alive():
+        return f"ERROR: server is not running (exit code {target.proc.returncode if target.proc else '?'})"
+    try:
+        err = check(target, case, payload)
+    except NotApplicable as e:
+        return f"n/a: {e}"
+    return "ERROR (correctness check): " + err if err else ""
+
+
+def timed_load(args, target, case, payload, load):
+    """The timed load run: (LoadResult | None, error, server CPU ms per answer | None)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    ticks0 = cpu_ticks(target.proc.pid)
+    res, err = load(args, target, case, payload, args.duration)
+    ticks = cpu_ticks(target.proc.pid) - ticks0
+    cpu_ms = ticks * 1000 / hz / res.total if res is not None and res.total else None
+    return res, err, cpu_ms
+
+
 def bench_one(args, target, case, payload, hwm_reset_ok, check, load):
-    """check(target, case, payload) -> None | str;
+    """check(target, case, payload) -> None | str (or raises NotApplicable);
     load(args, target, case, payload, seconds) -> (LoadResult | None, error str)."""
     row = Row(target.name, case)
-    if target.unavailable:
-        row.note = "n/a: " + target.unavailable.splitlines()[0]
-        return row
-    if case.name in target.unsupported:
-        row.note = "n/a: " + target.unsupported[case.name]
-        return row
-    if not target.alive():
-        row.note = f"ERROR: server is not running (exit code {target.proc.returncode if target.proc else '?'})"
-        return row
-    err = check(target, case, payload)
-    if err:
-        row.note = "ERROR (correctness check): " + err
+    row.note = precheck(target, case, payload, check)
+    if row.note:
         return row
     if hwm_reset_ok:
         reset_hwm(target.proc.pid)
     if args.warmup > 0:
         load(args, target, case, payload, args.warmup)
         wait_idle(target.proc.pid)
-    res, err = load(args, target, case, payload, args.duration)
+    res, err, row.cpu_ms = timed_load(args, target, case, payload, load)
     row.mem = peak_mib(target.proc.pid)
     wait_idle(target.proc.pid)
     if res is None:
@@ -421,7 +476,7 @@ def fmt(v, spec):
 
 
 def print_table(rows, targets, cases, err_cols, *, base="bare", headers=("req/s", "p50 ms", "p99 ms")):
-    """err_cols: [(key in Row.errors, header)], printed between p99 and peak MiB.
+    """err_cols: [(key in Row.errors, header)], printed between p99 and cpu ms/req.
 
     base: the target the rate of every other target is divided by in the ratio table.
     headers: the titles of Row.rps, Row.p50 and Row.p99.
@@ -429,7 +484,7 @@ def print_table(rows, targets, cases, err_cols, *, base="bare", headers=("req/s"
     rate_h, p50_h, p99_h = headers
     print()
     hdr = f"{'target':<9} {'case':<15} {'conc':>4} {rate_h:>9} {p50_h:>9} {p99_h:>9} " + \
-          "".join(f"{h:>8}" for _, h in err_cols) + f" {'peak MiB':>9}"
+          "".join(f"{h:>8}" for _, h in err_cols) + f" {'cpu ms/req':>10} {'peak MiB':>9}"
     print(hdr)
     print("-" * len(hdr))
     notes = []
@@ -443,7 +498,7 @@ def print_table(rows, targets, cases, err_cols, *, base="bare", headers=("req/s"
             flag = " *" if r.note else ""
             errs = "".join(f"{r.errors.get(k, 0):>8d}" for k, _ in err_cols)
             print(f"{r.target:<9} {case.name:<15} {case.conc:>4} {r.rps:>9.1f} {fmt(r.p50, '9.2f')} "
-                  f"{fmt(r.p99, '9.2f')}{errs} {fmt(r.mem, '9.1f')}{flag}")
+                  f"{fmt(r.p99, '9.2f')}{errs} {fmt(r.cpu_ms, '10.3f')} {fmt(r.mem, '9.1f')}{flag}")
             if r.note:
                 notes.append(f"  * {r.target} {case.key}: {r.note}")
         print()
@@ -451,8 +506,15 @@ def print_table(rows, targets, cases, err_cols, *, base="bare", headers=("req/s"
         print("notes:")
         print("\n".join(notes))
         print()
-    print(f"{rate_h} ratio to {base} (same run):")
+    print_ratios(rows, targets, cases, base, rate_h)
+
+
+def print_ratios(rows, targets, cases, base, rate_h):
+    """The rate of every target divided by base's, per case."""
     others = [t for t in targets if t.name != base]
+    if not others:
+        return
+    print(f"{rate_h} ratio to {base} (same run):")
     print(f"{'case':<15} {'conc':>4} " + " ".join(f"{t.name:>9}" for t in others))
     for case in cases:
         base_row = rows.get((base, case.key))
@@ -468,9 +530,126 @@ def print_table(rows, targets, cases, err_cols, *, base="bare", headers=("req/s"
         print(f"{case.name:<15} {case.conc:>4} " + " ".join(cells))
 
 
+# --------------------------------------------------------------------------- running a bench
+
+@dataclass
+class Bench:
+    """A bench module's description of itself, for run_bench and main.
+
+    make_payload(case, workdir) -> payload; check and load: see bench_one; err_cols, base, headers:
+    see print_table; banner: one line describing the load; unsupported: {target: {case name: reason}}
+    for build_targets(names, args, workdir, proto, unsupported), or make_targets(names, args, workdir)
+    -> [Target] instead; report(rows, targets, cases) prints more after the table while the servers
+    still run; data: whatever the bench wants to hand back beside the rows.
+    """
+    tag: str
+    cases: list
+    proto: str
+    make_payload: Callable
+    check: Callable
+    load: Callable
+    err_cols: list
+    banner: str
+    unsupported: dict = None
+    make_targets: Callable = None
+    base: str = "bare"
+    headers: tuple = ("req/s", "p50 ms", "p99 ms")
+    report: Callable = None
+    data: dict = field(default_factory=dict)
+
+
+@dataclass
+class BenchRun:
+    """What run_bench measured: rows keyed by (target name, case key)."""
+    rows: dict
+    targets: list
+    cases: list
+
+
+def start_targets(targets, args, workdir):
+    """Start every available target and wait for it; a failed one becomes unavailable.
+    Returns whether the peak-memory reset works."""
+    hwm_ok = True
+    for t in targets:
+        if t.unavailable:
+            print(f"  {t.name:<9} UNAVAILABLE: {t.unavailable}")
+            continue
+        t0 = time.monotonic()
+        t.start(workdir)
+        err = t.wait_ready(args.ready_timeout)
+        if err:
+            t.unavailable = f"failed to start: {err}"
+            print(f"  {t.name:<9} FAILED TO START ({err}); log tail:\n{t.log_tail()}")
+            t.stop()
+            continue
+        t.ready_s = time.monotonic() - t0
+        hwm_ok = hwm_ok and reset_hwm(t.proc.pid)
+        print(f"  {t.name:<9} pid {t.proc.pid} port {t.port}: {t.desc} (ready in {t.ready_s:.1f}s)")
+    return hwm_ok
+
+
+def run_cases(args, bench, targets, cases, payloads, hwm_ok):
+    """Every (case, target), case-major so drift hits every target alike. Returns the rows."""
+    rows = {}
+    for case in cases:
+        for t in targets:
+            row = bench_one(args, t, case, payloads[case.name], hwm_ok, bench.check, bench.load)
+            rows[(t.name, case.key)] = row
+            shown = f"{row.rps:.1f} {bench.headers[0]}" if row.rps is not None else row.note
+            print(f"  .. {case.key:<20} {t.name:<9} {shown}", flush=True)
+    return rows
+
+
+def _int_if_whole(v):
+    return int(v) if float(v).is_integer() else v
+
+
+def run_bench(args, bench):
+    """Start the targets, run every (case, target), print the table; return a BenchRun.
+
+    The servers are stopped (by process group) at the end, also on errors and KeyboardInterrupt,
+    which propagate. args: the bench's arg_parser namespace.
+    """
+    args.duration = _int_if_whole(args.duration)
+    args.warmup = _int_if_whole(args.warmup)
+    names = [n.strip() for n in args.targets.split(",") if n.strip()]
+    cases = select_cases(args.cases, bench.cases)
+    workdir = tempfile.mkdtemp(prefix=f"{bench.tag}-")
+    args.workdir = workdir          # bodies, server logs, load-generator logs
+    targets = []
+    try:
+        payloads = {c.name: bench.make_payload(c, workdir) for c in cases}
+        targets = bench.make_targets(names, args, workdir) if bench.make_targets else \
+            build_targets(names, args, workdir, bench.proto, bench.unsupported)
+        print(f"{bench.tag}: {os.cpu_count()} CPUs, loopback {HOST}, {bench.banner}, "
+              f"{args.warmup}s warm-up + {args.duration}s per case")
+        hwm_ok = start_targets(targets, args, workdir)
+        print(f"  peak MiB = VmHWM summed over the server's process tree, "
+              f"{'reset before each case' if hwm_ok else 'since server start (clear_refs failed)'}; "
+              f"cpu ms/req = server utime+stime over the timed window / answers")
+        print("  running cases case-major (all targets per case) so drift hits every target alike",
+              flush=True)
+        rows = run_cases(args, bench, targets, cases, payloads, hwm_ok)
+        print_table(rows, targets, cases, bench.err_cols, base=bench.base, headers=bench.headers)
+        if bench.report is not None:
+            bench.report(rows, targets, cases)
+        for t in targets:
+            if t.proc is not None and not t.alive():
+                print(f"\n{t.name} exited with code {t.proc.returncode}; log tail:\n{t.log_tail()}")
+        return BenchRun(rows, targets, cases)
+    finally:
+        for t in targets:
+            t.stop()
+        if args.keep_workdir:
+            print(f"\nworkdir kept: {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
 # --------------------------------------------------------------------------- main
 
 def arg_parser(description, cases):
+    """The flags every bench takes (targets, cases, durations, venvs, interpreter, workdir)."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--targets", default=",".join(ALL_TARGETS),
                     help=f"comma list from {','.join(ALL_TARGETS)} (default: all)")
@@ -487,82 +666,20 @@ def arg_parser(description, cases):
     return ap
 
 
-def _int_if_whole(v):
-    return int(v) if float(v).is_integer() else v
-
-
-def main(args, *, tag, all_cases, proto, make_payload, check, load, err_cols, banner,
-         unsupported=None, make_targets=None, base="bare", headers=("req/s", "p50 ms", "p99 ms"),
-         report=None):
-    """Start the targets, run every (case, target) case-major, print the table.
-
-    make_payload(case, workdir) -> payload; banner: one line describing the load.
-    make_targets(names, args, workdir) -> [Target] replaces build_targets(names, ..., proto, unsupported).
-    base, headers: see print_table. report(rows, targets, cases) prints more after the table, while
-    the servers still run.
-    """
-    args.duration = _int_if_whole(args.duration)
-    args.warmup = _int_if_whole(args.warmup)
-    names = [n.strip() for n in args.targets.split(",") if n.strip()]
-    cases = select_cases(args.cases, all_cases)
-
-    # SIGINT (also when inherited as ignored, e.g. under `cmd &`), SIGTERM and SIGHUP
-    # all raise KeyboardInterrupt so the finally-block stops the servers.
+def raise_on_signals():
+    """SIGINT (also when inherited as ignored, e.g. under `cmd &`), SIGTERM and SIGHUP all raise
+    KeyboardInterrupt, so finally-blocks stop the servers."""
     def _interrupt(signum, _frame):
         raise KeyboardInterrupt(f"signal {signum}")
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
 
-    workdir = tempfile.mkdtemp(prefix=f"{tag}-")
-    args.workdir = workdir          # bodies, server logs, load-generator logs
-    targets = []
-    try:
-        payloads = {c.name: make_payload(c, workdir) for c in cases}
-        targets = make_targets(names, args, workdir) if make_targets else \
-            build_targets(names, args, workdir, proto, unsupported)
-        print(f"{tag}: {os.cpu_count()} CPUs, loopback {HOST}, {banner}, "
-              f"{args.warmup}s warm-up + {args.duration}s per case")
-        hwm_ok = True
-        for t in targets:
-            if t.unavailable:
-                print(f"  {t.name:<9} UNAVAILABLE: {t.unavailable}")
-                continue
-            t0 = time.monotonic()
-            t.start(workdir)
-            err = t.wait_ready(args.ready_timeout)
-            if err:
-                t.unavailable = f"failed to start: {err}"
-                print(f"  {t.name:<9} FAILED TO START ({err}); log tail:\n{t.log_tail()}")
-                t.stop()
-                continue
-            hwm_ok = hwm_ok and reset_hwm(t.proc.pid)
-            print(f"  {t.name:<9} pid {t.proc.pid} port {t.port}: {t.desc} "
-                  f"(ready in {time.monotonic() - t0:.1f}s)")
-        print(f"  peak MiB = VmHWM summed over the server's process tree, "
-              f"{'reset before each case' if hwm_ok else 'since server start (clear_refs failed)'}")
-        print("  running cases case-major (all targets per case) so drift hits every target alike",
-              flush=True)
 
-        rows = {}
-        for case in cases:
-            for t in targets:
-                row = bench_one(args, t, case, payloads[case.name], hwm_ok, check, load)
-                rows[(t.name, case.key)] = row
-                shown = f"{row.rps:.1f} {headers[0]}" if row.rps is not None else row.note
-                print(f"  .. {case.key:<20} {t.name:<9} {shown}", flush=True)
-        print_table(rows, targets, cases, err_cols, base=base, headers=headers)
-        if report is not None:
-            report(rows, targets, cases)
-        crashed = [t for t in targets if t.proc is not None and not t.alive()]
-        for t in crashed:
-            print(f"\n{t.name} exited with code {t.proc.returncode}; log tail:\n{t.log_tail()}")
+def main(args, bench):
+    """Command-line entry of one bench: run_bench, exit 130 when interrupted."""
+    raise_on_signals()
+    try:
+        run_bench(args, bench)
     except KeyboardInterrupt as e:
-        print(f"\ninterrupted ({e}); stopping servers", file=sys.stderr)
+        print(f"\ninterrupted ({e}); servers stopped", file=sys.stderr)
         sys.exit(130)
-    finally:
-        for t in targets:
-            t.stop()
-        if args.keep_workdir:
-            print(f"\nworkdir kept: {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)

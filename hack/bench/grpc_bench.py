@@ -230,13 +230,18 @@ def run_aio(args, target, case, payload, seconds):
 
 # --------------------------------------------------------------------------- main
 
-def main():
+def parser():
+    """The command line of this bench (benchlib's flags plus the load generator's)."""
     ap = benchlib.arg_parser("Side-by-side loopback gRPC benchmark of add-one model servers.", CASES)
     ap.add_argument("--loadgen", choices=["h2load", "aio"], default="h2load",
                     help="h2load (default; nghttp2-client) or aio (grpc_load.py, grpc.aio on bytes)")
     ap.add_argument("--procs", type=int, default=1, help="aio only: client processes (default 1)")
     ap.add_argument("--timeout", type=int, default=10, help="aio only: per-call deadline in s (default 10)")
-    args = ap.parse_args()
+    return ap
+
+
+def spec(args):
+    """This bench as a benchlib.Bench for the parsed args; exits when h2load is wanted but missing."""
     if args.loadgen == "h2load":
         if shutil.which("h2load") is None:
             raise SystemExit("h2load not found: apt-get update && apt-get install -y nghttp2-client "
@@ -245,10 +250,14 @@ def main():
     else:
         load = run_aio
         banner = f"grpc_load.py (grpc.aio, bytes in/out) in {args.procs} process(es), 1 channel each"
+    return benchlib.Bench(tag="grpc_bench", cases=CASES, proto="grpc", make_payload=make_payload,
+                          check=check, load=load, err_cols=[("nonok", "non-OK"), ("sockerr", "sockerr")],
+                          banner=banner)
 
-    benchlib.main(args, tag="grpc_bench", all_cases=CASES, proto="grpc",
-                  make_payload=make_payload, check=check, load=load,
-                  err_cols=[("nonok", "non-OK"), ("sockerr", "sockerr")], banner=banner)
+
+def main():
+    args = parser().parse_args()
+    benchlib.main(args, spec(args))
 
 
 if __name__ == "__main__":

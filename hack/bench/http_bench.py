@@ -182,18 +182,31 @@ def run_wrk(args, target, case, payload, seconds):
 
 # --------------------------------------------------------------------------- main
 
-def main():
+def parser():
+    """The command line of this bench (benchlib's flags plus wrk's)."""
     ap = benchlib.arg_parser("Side-by-side loopback HTTP benchmark of add-one model servers.", CASES)
     ap.add_argument("--threads", type=int, default=1, help="wrk threads (default 1: leave CPU to the server)")
     ap.add_argument("--timeout", type=int, default=10, help="wrk per-request timeout in s (default 10)")
-    args = ap.parse_args()
+    return ap
+
+
+def require_wrk():
+    """Exit with the install hint when wrk is missing."""
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: apt-get update && apt-get install -y wrk")
-    benchlib.main(args, tag="http_bench", all_cases=CASES, proto="http",
-                  make_payload=make_payload, check=check, load=run_wrk,
-                  err_cols=[("non2xx", "non2xx"), ("sockerr", "sockerr")],
-                  banner=f"wrk -t{args.threads}, wrk timeout {args.timeout}s",
-                  unsupported=UNSUPPORTED)
+
+
+def spec(args):
+    """This bench as a benchlib.Bench for the parsed args."""
+    return benchlib.Bench(tag="http_bench", cases=CASES, proto="http", make_payload=make_payload,
+                          check=check, load=run_wrk, err_cols=[("non2xx", "non2xx"), ("sockerr", "sockerr")],
+                          banner=f"wrk -t{args.threads}, wrk timeout {args.timeout}s", unsupported=UNSUPPORTED)
+
+
+def main():
+    args = parser().parse_args()
+    require_wrk()
+    benchlib.main(args, spec(args))
 
 
 if __name__ == "__main__":

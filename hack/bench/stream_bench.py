@@ -77,19 +77,29 @@ def load(args, target, case, payload, seconds):
                       errors={"bad": res["streams_bad"], "failed": res["streams_failed"]}), None
 
 
-def main():
+def parser():
+    """The command line of this bench (benchlib's flags plus the stream client's)."""
     ap = benchlib.arg_parser("Streamed responses per second (SSE and gRPC), kserve_sdk vs MLServer.", CASES)
     ap.set_defaults(targets=",".join(TARGETS))
     ap.add_argument("--count", type=int, default=COUNT, help=f"responses per stream (default {COUNT})")
     ap.add_argument("--stream-timeout", type=float, default=30, help="seconds per stream (default 30)")
-    args = ap.parse_args()
-    benchlib.main(args, tag="stream_bench", all_cases=CASES, proto="both",
-                  make_payload=lambda case, workdir: None, check=functools.partial(check, args), load=load,
-                  err_cols=[("bad", "bad"), ("failed", "failed")],
-                  banner=f"stream_client.py in its own process ({sys.executable.split('/')[-1]}), "
-                         f"{args.count} responses per stream",
-                  make_targets=make_targets, base="mlserver",
-                  headers=("resp/s", "ttfr p50", "ttfr p99"))
+    return ap
+
+
+def spec(args):
+    """This bench as a benchlib.Bench for the parsed args."""
+    return benchlib.Bench(tag="stream_bench", cases=CASES, proto="both",
+                          make_payload=lambda case, workdir: None, check=functools.partial(check, args),
+                          load=load, err_cols=[("bad", "bad"), ("failed", "failed")],
+                          banner=f"stream_client.py in its own process ({sys.executable.split('/')[-1]}), "
+                                 f"{args.count} responses per stream",
+                          make_targets=make_targets, base="mlserver",
+                          headers=("resp/s", "ttfr p50", "ttfr p99"))
+
+
+def main():
+    args = parser().parse_args()
+    benchlib.main(args, spec(args))
 
 
 if __name__ == "__main__":
