@@ -11,7 +11,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import metrics
+from . import metrics, statistics
 from .errors import InferenceError
 from .protocol.infer_type import InferInput, InferOutput, InferRequest, InferResponse
 
@@ -54,7 +54,7 @@ class Batcher:
         key = _merge_key(request)
         rows = request.inputs[0].shape[0] if key is not None and request.inputs else 0
         if key is None or rows >= self.max_batch_size:
-            metrics.batch_formed(self.model_name, 1)
+            self._executing(1)
             return await self.predict(request, headers)
         pending = _Pending(request, headers, rows)
         self._queue.append(pending)
@@ -77,8 +77,12 @@ class Batcher:
             for start in range(0, len(group), self.max_batch_size):
                 asyncio.ensure_future(self._run(group[start:start + self.max_batch_size]))
 
+    def _executing(self, size: int) -> None:
+        metrics.batch_formed(self.model_name, size)
+        statistics.record_execution(self.model_name)
+
     async def _run(self, batch: List[_Pending]) -> None:
-        metrics.batch_formed(self.model_name, len(batch))
+        self._executing(len(batch))
         try:
             if len(batch) == 1:
                 results = [await self.predict(batch[0].request, batch[0].headers)]

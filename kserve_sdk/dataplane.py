@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional
 
 import numpy as np
 
-from . import metrics
+from . import metrics, statistics
 from .errors import (DeadlineExceeded, InferenceError, InvalidInput, ModelError, ModelNotFound, ModelNotReady,
                      ServerBusy, ServerNotReady, is_untyped)
 from .logging import trace_logger
@@ -32,7 +32,7 @@ except Exception:  # not installed as a distribution (e.g. run from a checkout)
     SERVER_VERSION = "0.1.0"
 
 SERVER_NAME = "kserve-sdk"
-SERVER_EXTENSIONS = ["model_repository_extension", "binary_tensor_data", "system_shared_memory"]
+SERVER_EXTENSIONS = ["model_repository_extension", "binary_tensor_data", "system_shared_memory", "statistics"]
 
 #: Model names longer than this are refused (400) unless a model is registered under them.
 MAX_MODEL_NAME_LENGTH = 256
@@ -213,6 +213,13 @@ class DataPlane:
             "outputs": await _maybe_await(model.get_output_types()),
         }
 
+    def model_statistics(self, name: str = "", version: str = "") -> Dict[str, List[Dict[str, Any]]]:
+        """Triton's statistics for one model (every served model when ``name`` is empty), summed over workers:
+        counts and cumulative times of successes, failures and the pre/predict/postprocess stages."""
+        if name:
+            self.get_model(name)
+        return statistics.statistics([name] if name else sorted(self.list_models()), version)
+
     # --- inference ----------------------------------------------------------------------------------
     async def infer(self, model_name: str, request: Any,
                     headers: Optional[Dict[str, str]] = None) -> Tuple[Any, Dict[str, str]]:
@@ -241,40 +248,46 @@ class DataPlane:
         if shm:
             self.shared_memory.read_inputs(request)
         self.begin_request(model_name)
+        start = time.perf_counter_ns()
         try:
             with naming_the_model(model_name):
-                if timeout is None and isinstance(model, Model):  # the common case, without a coroutine more
-                    response, response_headers, timings = await model.run_pipeline(request, headers, verb)
-                    self._record(model_name, headers, timings)
-                elif timeout is None:
-                    response, response_headers = await _maybe_await(model(request, headers=headers, verb=verb))
+                if timeout is None:  # the common case, without a coroutine more
+                    response, response_headers, timings = await self._run_model(model, request, headers, verb)
                 else:
                     try:
                         async with asyncio.timeout(timeout) as deadline:
-                            response, response_headers = await self._run_model(model, model_name, request, headers, verb)
+                            response, response_headers, timings = await self._run_model(model, request, headers,
+                                                                                        verb)
                     except TimeoutError:
                         if deadline.expired():
                             raise DeadlineExceeded(model_name, timeout, source) from None
                         raise
+        except BaseException:
+            statistics.record_failure(model_name, time.perf_counter_ns() - start)
+            raise
         finally:
             self.end_request(model_name)
+        batched = (getattr(model, "max_batch_size", None) or 0) > 1  # the batcher counts its executions
+        self._record(model_name, headers, timings, time.perf_counter_ns() - start, not batched)
         if isinstance(request, InferRequest):
             response = self._as_v2_response(model_name, request, response)
             if shm and isinstance(response, InferResponse):
                 self.shared_memory.write_outputs(request, response)
         return response, response_headers or {}
 
-    async def _run_model(self, model: Any, model_name: str, request: Any, headers: Dict[str, str],
-                         verb: InferenceVerb) -> Tuple[Any, Dict[str, str]]:
+    @staticmethod
+    async def _run_model(model: Any, request: Any, headers: Dict[str, str],
+                         verb: InferenceVerb) -> Tuple[Any, Dict[str, str], Dict[str, float]]:
         if isinstance(model, Model):
-            response, response_headers, timings = await model.run_pipeline(request, headers, verb)
-            self._record(model_name, headers, timings)
-            return response, response_headers
-        return await _maybe_await(model(request, headers=headers, verb=verb))
+            return await model.run_pipeline(request, headers, verb)
+        response, response_headers = await _maybe_await(model(request, headers=headers, verb=verb))
+        return response, response_headers, {}
 
-    def _record(self, model_name: str, headers: Dict[str, str], timings: Dict[str, float]) -> None:
+    def _record(self, model_name: str, headers: Dict[str, str], timings: Dict[str, float], total_ns: int,
+                executed: bool = True) -> None:
+        statistics.record_success(model_name, timings, total_ns, executed)
         metrics.observe_stages(model_name, timings)
-        if self.enable_latency_logging and trace_logger.isEnabledFor(logging.INFO):
+        if timings and self.enable_latency_logging and trace_logger.isEnabledFor(logging.INFO):
             self._log_latency(headers, timings)
 
     async def stream(self, model_name: str, request: Any, headers: Dict[str, str],
@@ -331,8 +344,9 @@ class DataPlane:
         finally:
             self.end_request(model_name)
             metrics.stream_finished(model_name, protocol, count, first)
-            timings.setdefault("predict_ms", (time.perf_counter() - start) * 1000)
-            self._record(model_name, headers, timings)
+            elapsed = time.perf_counter() - start
+            timings.setdefault("predict_ms", elapsed * 1000)
+            self._record(model_name, headers, timings, int(elapsed * 1e9))
 
     @staticmethod
     def _as_v2_response(model_name: str, request: InferRequest, response: Any) -> Any:

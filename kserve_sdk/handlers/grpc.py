@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict
 
 import grpc
+from google.protobuf import json_format
 
 from .. import metrics
 from ..dataplane import DataPlane
@@ -209,6 +210,11 @@ class InferenceServicer(GRPCInferenceServiceServicer):
     async def RepositoryModelUnload(self, request, context):
         await self.dataplane.unload(request.model_name)
         return pb.RepositoryModelUnloadResponse()
+
+    @answers_errors
+    async def ModelStatistics(self, request, context):
+        stats = self.dataplane.model_statistics(request.name, request.version)
+        return json_format.ParseDict(stats, pb.ModelStatisticsResponse(), ignore_unknown_fields=True)
 
     @answers_errors
     async def SystemSharedMemoryStatus(self, request, context):

@@ -72,6 +72,8 @@ def make_app(dataplane: DataPlane, access_log_format: Optional[str] = None, enab
         (r"/v2/health/live", v2.ServerLiveHandler),
         (r"/v2/health/ready", v2.ServerReadyHandler),
         (r"/v2/models", v2.ListModelsHandler),
+        (r"/v2/models/stats", v2.ModelStatisticsHandler),  # before model metadata, which would take "stats"
+        (rf"/v2/models/{_MODEL}{_VERSION}/stats", v2.ModelStatisticsHandler),
         (rf"/v2/models/{_MODEL}{_VERSION}/infer", v2.InferHandler),
         (rf"/v2/models/{_MODEL}{_VERSION}/infer_stream", streaming.InferStreamHandler),
         (rf"/v2/models/{_MODEL}{_VERSION}/generate", streaming.GenerateHandler),

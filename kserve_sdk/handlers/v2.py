@@ -70,6 +70,15 @@ class ModelReadyHandler(BaseHandler):
         self.send_json({"name": name, "ready": True})
 
 
+class ModelStatisticsHandler(BaseHandler):
+    """``GET /v2/models[/<m>[/versions/<v>]]/stats``: Triton's per-model statistics."""
+
+    endpoint = "model_statistics"
+
+    def get(self, name: Optional[str] = None, version: Optional[str] = None) -> None:
+        self.send_json(self.dataplane.model_statistics(name or "", version or ""))
+
+
 class InferHandler(BaseHandler):
     """``POST /v2/models/<m>[/versions/<v>]/infer``: JSON or binary tensors in, the same out."""
 

@@ -1,0 +1,82 @@
+"""Triton's statistics extension: per-model counts and times, over REST and gRPC, summed over workers."""
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.grpc as tgrpc
+import tritonclient.http as thttp
+from tritonclient.utils import InferenceServerException
+
+from rawhttp import post_json, request
+
+
+def _infer_both_ways(server, rest_calls: int, grpc_calls: int) -> None:
+    data = np.ones((1, 4), dtype=np.float32)
+    clients = [(thttp, thttp.InferenceServerClient(f"127.0.0.1:{server.http_port}"), rest_calls),
+               (tgrpc, tgrpc.InferenceServerClient(server.grpc_url), grpc_calls)]
+    for module, client, calls in clients:
+        for _ in range(calls):
+            tensor = module.InferInput("INPUT0", [1, 4], "FP32")
+            tensor.set_data_from_numpy(data)
+            client.infer("echo", [tensor])
+
+
+def _stats(server, model: str) -> dict:
+    status, _, body = request(server.http_port, "GET", f"/v2/models/{model}/stats")
+    assert status == 200, body
+    return json.loads(body)["model_stats"][0]
+
+
+def test_counts_and_times_over_rest_and_grpc(start_server):
+    server = start_server("tests/models/zoo.py", env={"ZOO_MODELS": "echo,failing"})
+    _infer_both_ways(server, 5, 4)
+    for instance in ("boom", "invalid", 3):
+        post_json(server.http_port, "/v1/models/failing:predict", {"instances": [instance]})
+
+    echo = thttp.InferenceServerClient(f"127.0.0.1:{server.http_port}").get_inference_statistics("echo")
+    (stats,) = echo["model_stats"]
+    assert (stats["name"], stats["inference_count"], stats["execution_count"]) == ("echo", 9, 9)
+    inference = stats["inference_stats"]
+    assert inference["success"]["count"] == 9 and inference["fail"]["count"] == 0
+    assert inference["compute_infer"]["count"] == 9 and inference["compute_input"]["count"] == 9
+    assert 0 < inference["compute_infer"]["ns"] <= inference["success"]["ns"]
+    assert stats["last_inference"] > 1_700_000_000_000  # ms since the epoch
+
+    failing = _stats(server, "failing")
+    assert (failing["inference_count"], failing["inference_stats"]["fail"]["count"]) == (1, 2)
+
+    over_grpc = tgrpc.InferenceServerClient(server.grpc_url).get_inference_statistics("echo", as_json=True)
+    assert over_grpc["model_stats"][0]["inference_count"] == "9"  # protobuf's JSON writes uint64 as text
+    every = thttp.InferenceServerClient(f"127.0.0.1:{server.http_port}").get_inference_statistics()
+    assert [s["name"] for s in every["model_stats"]] == ["echo", "failing"]
+    assert "statistics" in json.loads(request(server.http_port, "GET", "/v2")[2])["extensions"]
+
+
+def test_unknown_model_is_not_found(zoo):
+    status, _, body = request(zoo.http_port, "GET", "/v2/models/nope/stats")
+    assert (status, json.loads(body)) == (404, {"error": "Model with name nope does not exist."})
+    with pytest.raises(InferenceServerException) as caught:
+        tgrpc.InferenceServerClient(zoo.grpc_url).get_inference_statistics("nope")
+    assert "NOT_FOUND" in str(caught.value.status()) and "Model with name nope does not exist." in caught.value.message()
+
+
+def test_summed_over_workers_and_batches_counted_as_executions(start_server):
+    server = start_server("tests/models/scale.py", "--workers", "2", env={"SCALE_MODELS": "cpu,batcher"}, grpc=False)
+    pids, calls = set(), 0
+    while len(pids) < 2 and calls < 100:  # a new connection each time: the kernel spreads them over the workers
+        status, _, body = post_json(server.http_port, "/v1/models/cpu:predict", {"instances": [10]})
+        assert status == 200
+        pids.add(body["pid"])
+        calls += 1
+    assert len(pids) == 2
+    assert {_stats(server, "cpu")["inference_count"] for _ in range(10)} == {calls}  # each worker sums both
+
+    doc = {"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1.0, 2.0]}]}
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda _: post_json(server.http_port, "/v2/models/batcher/infer", doc), range(16)))
+    assert {status for status, _, _ in answers} == {200}
+    batches = sum(1 for _, _, body in answers for o in body["outputs"] if o["name"] == "batch_rows" and o["data"][0] > 1)
+    stats = _stats(server, "batcher")
+    assert stats["inference_count"] == 16
+    assert stats["execution_count"] < 16 and batches > 0  # merged requests ran as one predict call
