@@ -175,8 +175,9 @@ def same(got: str, want: str) -> bool:
 
 @pytest.fixture(scope="module")
 def sample_server(start_server):
-    """samples/custom_model served as `model`, as hack/serve.sh serves it."""
-    return start_server("samples/custom_model/model.py", "--model_name", "model")
+    """samples/custom_model served as `model`, as hack/serve.sh serves it (with shared memory on, as the v2
+    page's shared-memory example asks)."""
+    return start_server("samples/custom_model/model.py", "--model_name", "model", "--allow_client_shm", "true")
 
 
 @pytest.mark.parametrize("page", PROTOCOL_PAGES)
