@@ -11,7 +11,7 @@ import socket
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, List, Optional
+from typing import Any, Callable, Coroutine, List, Optional
 
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
@@ -64,7 +64,7 @@ _flag("configure_logging", default=True, type=strtobool, help="Configure the ser
 _flag("log_config_file", default=None, type=str, help="A logging config file (.json, .yaml or fileConfig format).")
 _flag("access_log_format", default=None, type=str, help="The format of the access log line.")
 _flag("event-loop", default="auto", type=str, choices=["auto", "asyncio", "uvloop"],
-      help="Accepted for KServe compatibility; the server runs on asyncio.")
+      help="The event loop: uvloop (must be installed), asyncio, or auto (uvloop when it is installed).")
 _flag("timeout-keep-alive", default=65, type=int, help="Seconds an idle keep-alive connection stays open.")
 _flag("model_name", default="model", type=str, help="The name of the model used on the endpoint path.")
 _flag("model_dir", default=None, type=str,
@@ -135,6 +135,20 @@ def _apply_batching_flags(model: BaseKServeModel) -> None:
         model.max_batch_size = args.max_batch_size
     if args.max_batch_latency_ms is not None:
         model.max_latency_ms = args.max_batch_latency_ms
+
+
+def loop_factory(event_loop: str) -> Optional[Callable[[], asyncio.AbstractEventLoop]]:
+    """What makes the event loop ``--event-loop`` names (None: asyncio's own). ``auto`` takes uvloop when it
+    is installed; ``uvloop`` without it installed is an error that says so."""
+    if event_loop == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if event_loop == "uvloop":
+            raise RuntimeError("--event-loop uvloop needs the uvloop package: pip install 'kserve-sdk[uvloop]'")
+        return None
+    return uvloop.new_event_loop
 
 
 class ModelServer:
@@ -224,14 +238,19 @@ class ModelServer:
                 sockets = bind_sockets(self.http_port)
                 control_dir = tempfile.mkdtemp(prefix="kserve-sdk-control-")
                 try:
-                    Supervisor(self.workers, lambda: asyncio.run(self._serve(sockets, True, control_dir)),
+                    Supervisor(self.workers, lambda: self._run(self._serve(sockets, True, control_dir)),
                                self.grace_period, control_dir).run()
                 finally:
                     shutil.rmtree(control_dir, ignore_errors=True)
             else:
-                asyncio.run(self._serve())
+                self._run(self._serve())
         finally:
             metrics.cleanup()
+
+    def _run(self, main: Coroutine[Any, Any, None]) -> None:
+        """Run ``main`` on the event loop ``--event-loop`` chose."""
+        with asyncio.Runner(loop_factory=loop_factory(self.event_loop)) as runner:
+            runner.run(main)
 
     def _register_ready(self, models: List[BaseKServeModel]) -> None:
         if not isinstance(models, list):
@@ -268,8 +287,9 @@ class ModelServer:
         self._start_http(sockets)
         if self.enable_grpc:
             await self._start_grpc(reuse_port)
-        logger.info("Serving HTTP on port %d%s", self.http_port,
-                    f" and gRPC on port {self.grpc_port}" if self.enable_grpc else "")
+        logger.info("Serving HTTP on port %d%s (event loop: %s)", self.http_port,
+                    f" and gRPC on port {self.grpc_port}" if self.enable_grpc else "",
+                    type(loop).__module__.split(".")[0])
         await self._stopping.wait()
         await self._shutdown()
 
