@@ -6,6 +6,7 @@ request to any worker sums every worker's files, as a Prometheus scrape does; a 
 its counts in the totals. Recording is a few integer additions on the request's own thread.
 """
 import glob
+import mmap
 import os
 import time
 from typing import Any, Dict, List, Optional
@@ -18,10 +19,10 @@ FIELDS = ("inference_count", "execution_count", "last_inference", "success_count
 (INFERENCES, EXECUTIONS, LAST, SUCCESS, SUCCESS_NS, FAIL, FAIL_NS, QUEUE, QUEUE_NS, INPUT, INPUT_NS, INFER,
  INFER_NS, OUTPUT, OUTPUT_NS) = range(len(FIELDS))
 # Stage timings (ms) of the pipeline, and the Triton counters they feed.
-_STAGES = (("preprocess_ms", INPUT), ("predict_ms", INFER), ("explain_ms", INFER), ("postprocess_ms", OUTPUT))
+_STAGE_SLOT = {"preprocess_ms": INPUT, "predict_ms": INFER, "explain_ms": INFER, "postprocess_ms": OUTPUT}
 
-_counters: Dict[str, np.ndarray] = {}
-_pid = 0
+_counters: Dict[str, memoryview] = {}
+os.register_at_fork(after_in_child=_counters.clear)  # a forked worker starts its own files
 
 
 def _directory() -> Optional[str]:
@@ -32,19 +33,18 @@ def _file_prefix(model_name: str) -> str:
     return f"triton_stats_{model_name.encode().hex()}_"
 
 
-def _counters_of(model_name: str) -> np.ndarray:
-    global _pid
-    if _pid != os.getpid():  # a forked worker starts its own files
-        _counters.clear()
-        _pid = os.getpid()
+def _counters_of(model_name: str) -> memoryview:
     counters = _counters.get(model_name)
     if counters is None:
         directory = _directory()
         if directory:
-            path = os.path.join(directory, f"{_file_prefix(model_name)}{_pid}.bin")
-            counters = np.memmap(path, dtype=np.int64, mode="w+", shape=(len(FIELDS),))
+            path = os.path.join(directory, f"{_file_prefix(model_name)}{os.getpid()}.bin")
+            with open(path, "wb+") as f:
+                f.truncate(8 * len(FIELDS))
+                # int64 slots of the mapping through a memoryview: indexing it is C-fast, unlike numpy scalars
+                counters = memoryview(mmap.mmap(f.fileno(), 8 * len(FIELDS))).cast("q")
         else:
-            counters = np.zeros(len(FIELDS), dtype=np.int64)
+            counters = memoryview(bytearray(8 * len(FIELDS))).cast("q")
         _counters[model_name] = counters
     return counters
 
@@ -52,16 +52,16 @@ def _counters_of(model_name: str) -> np.ndarray:
 def record_success(model_name: str, timings: Dict[str, float], total_ns: int, executed: bool = True) -> None:
     """A call that answered after ``total_ns``, with its stage timings in ms; ``executed``: it ran
     ``predict`` on its own (a batched call's execution is counted by :func:`record_execution`)."""
-    counters = _counters_of(model_name)
+    counters = _counters.get(model_name) or _counters_of(model_name)
     counters[INFERENCES] += 1
     counters[EXECUTIONS] += executed
-    counters[LAST] = time.time_ns() // 1_000_000
+    counters[LAST] = int(time.time() * 1000)
     counters[SUCCESS] += 1
     counters[SUCCESS_NS] += total_ns
     counters[QUEUE] += 1  # the queue wait is inside the predict time (thread pool, batcher): not split out
-    for key, slot in _STAGES:
-        ms = timings.get(key)
-        if ms is not None:
+    for key, ms in timings.items():
+        slot = _STAGE_SLOT.get(key)
+        if slot is not None:
             counters[slot] += 1
             counters[slot + 1] += int(ms * 1e6)
 
@@ -82,7 +82,8 @@ def record_execution(model_name: str) -> None:
 def _totals(model_name: str) -> np.ndarray:
     directory = _directory()
     if not directory:
-        return _counters.get(model_name, np.zeros(len(FIELDS), dtype=np.int64)).copy()
+        own = _counters.get(model_name)
+        return np.zeros(len(FIELDS), dtype=np.int64) if own is None else np.array(own.tolist(), dtype=np.int64)
     total = np.zeros(len(FIELDS), dtype=np.int64)
     for path in glob.glob(os.path.join(glob.escape(directory), _file_prefix(model_name) + "*.bin")):
         counts = np.fromfile(path, dtype=np.int64)
