@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional
 
 import numpy as np
 
-from . import metrics, statistics
+from . import executor, metrics, statistics
 from .errors import (DeadlineExceeded, InferenceError, InvalidInput, ModelError, ModelNotFound, ModelNotReady,
                      ServerBusy, ServerNotReady, is_untyped)
 from .logging import trace_logger
@@ -254,14 +254,8 @@ class DataPlane:
                 if timeout is None:  # the common case, without a coroutine more
                     response, response_headers, timings = await self._run_model(model, request, headers, verb)
                 else:
-                    try:
-                        async with asyncio.timeout(timeout) as deadline:
-                            response, response_headers, timings = await self._run_model(model, request, headers,
-                                                                                        verb)
-                    except TimeoutError:
-                        if deadline.expired():
-                            raise DeadlineExceeded(model_name, timeout, source) from None
-                        raise
+                    response, response_headers, timings = await self._run_with_deadline(
+                        model, model_name, request, headers, verb, timeout, source)
         except BaseException:
             statistics.record_failure(model_name, time.perf_counter_ns() - start)
             raise
@@ -274,6 +268,19 @@ class DataPlane:
             if shm and isinstance(response, InferResponse):
                 self.shared_memory.write_outputs(request, response)
         return response, response_headers or {}
+
+    async def _run_with_deadline(self, model: Any, model_name: str, request: Any, headers: Dict[str, str],
+                                 verb: InferenceVerb, timeout: float, source: str):
+        no_inline = executor.no_inline.set(True)  # sync stages stay on threads, where a deadline can leave them
+        try:
+            async with asyncio.timeout(timeout) as deadline:
+                return await self._run_model(model, request, headers, verb)
+        except TimeoutError:
+            if deadline.expired():
+                raise DeadlineExceeded(model_name, timeout, source) from None
+            raise
+        finally:
+            executor.no_inline.reset(no_inline)
 
     @staticmethod
     async def _run_model(model: Any, request: Any, headers: Dict[str, str],

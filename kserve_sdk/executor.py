@@ -7,8 +7,10 @@ due to look: one wake-up collects every call that finished meanwhile.
 """
 import asyncio
 import collections
+import contextvars
 import queue
 import threading
+import time
 from typing import Any, Callable, Deque, Optional, Tuple
 
 _executors: "dict[asyncio.AbstractEventLoop, LoopExecutor]" = {}
@@ -79,10 +81,77 @@ class LoopExecutor:
                 future.set_exception(result)
 
 
-def configure(max_workers: int) -> None:
-    """Set the pool size for loops that have no executor yet (``--max_asyncio_workers``)."""
-    global _max_workers
+def configure(max_workers: int, inline_below_ms: Optional[float] = None) -> None:
+    """Set the pool size for loops that have no executor yet (``--max_asyncio_workers``) and the duration
+    under which a sync stage may run on the loop (``--inline_sync_below_ms``; 0: always on a thread)."""
+    global _max_workers, _inline_below_s
     _max_workers = max_workers
+    if inline_below_ms is not None:
+        _inline_below_s = inline_below_ms / 1000.0
+
+
+# --- quick sync stages run on the loop ------------------------------------------------------------------
+# Handing a call to a thread and back costs two thread wake-ups, often more than a small predict itself.
+# A sync stage whose last INLINE_AFTER calls on the pool all took under _inline_below_s runs on the loop
+# from then on (as KServe runs every sync predict); one inline call over the limit sends it back to the
+# pool, and it must then prove itself twice as long. A slow model therefore blocks the loop at most once
+# per demotion, and a model that is never quick never leaves the pool.
+INLINE_AFTER = 16
+_inline_below_s = 0.001
+#: Set while a call has a deadline: a stage running on the loop could not be cancelled at the deadline.
+no_inline: "contextvars.ContextVar[bool]" = contextvars.ContextVar("kserve_sdk_no_inline", default=False)
+
+
+class _Pace:
+    __slots__ = ("quick_runs", "needed", "inline")
+
+    def __init__(self) -> None:
+        self.quick_runs, self.needed, self.inline = 0, INLINE_AFTER, False
+
+    def pooled_run_took(self, seconds: float) -> None:
+        self.quick_runs = self.quick_runs + 1 if seconds < _inline_below_s else 0
+        if self.quick_runs >= self.needed:
+            self.inline = True
+
+    def inline_run_took(self, seconds: float) -> None:
+        if seconds >= _inline_below_s:
+            self.inline, self.quick_runs, self.needed = False, 0, self.needed * 2
+
+
+_paces: "dict[Any, _Pace]" = {}
+
+
+def _pace_of(fn: Callable) -> _Pace:
+    key = (getattr(fn, "__self__", None) is not None and id(fn.__self__), getattr(fn, "__func__", fn))
+    pace = _paces.get(key)
+    if pace is None:
+        pace = _paces[key] = _Pace()
+    return pace
+
+
+def run_stage(fn: Callable, *args: Any) -> Any:
+    """Run the sync stage ``fn(*args)``: on the loop when it has been quick, else on a model thread.
+
+    Returns the result itself when it ran here, or a future (on the pool): ``asyncio.isfuture`` tells.
+    """
+    pace = _pace_of(fn)
+    if pace.inline and _inline_below_s > 0 and not no_inline.get():
+        start = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            pace.inline_run_took(time.perf_counter() - start)
+    if _inline_below_s <= 0:
+        return run_sync(fn, *args)
+    return run_sync(_timed, pace, fn, args)
+
+
+def _timed(pace: _Pace, fn: Callable, args: tuple) -> Any:
+    start = time.perf_counter()
+    try:
+        return fn(*args)
+    finally:
+        pace.pooled_run_took(time.perf_counter() - start)
 
 
 def run_sync(fn: Callable, *args: Any) -> asyncio.Future:

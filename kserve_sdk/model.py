@@ -4,6 +4,7 @@ Every stage may be written as a plain ``def`` or as ``async def``. Plain ones ru
 thread pool (``--max_asyncio_workers`` threads), so a slow synchronous model never blocks the event
 loop, health probes or other requests; async ones run on the loop.
 """
+import asyncio
 import inspect
 import time
 from abc import ABC, abstractmethod
@@ -14,7 +15,7 @@ from typing import Any, AsyncIterator, Awaitable, Dict, List, Optional, Tuple, U
 from . import context
 from .constants.constants import PredictorProtocol
 from .errors import InvalidInput
-from .executor import run_sync
+from .executor import run_stage
 from .predictor_config import PredictorConfig
 from .protocol.infer_type import InferRequest
 
@@ -88,10 +89,13 @@ class InferenceModel(BaseKServeModel):
 
 
 async def call_stage(fn, *args) -> Any:
-    """Run a user stage: ``async def`` on the loop, plain ``def`` in the default thread pool."""
+    """Run a user stage: ``async def`` on the loop, plain ``def`` on a model thread (or on the loop once
+    it has proved quick: see ``executor.run_stage``)."""
     if inspect.iscoroutinefunction(fn):
         return await fn(*args)
-    result = await run_sync(fn, *args)
+    result = run_stage(fn, *args)
+    if asyncio.isfuture(result):
+        result = await result
     if inspect.isawaitable(result):
         result = await result
     return result

@@ -56,6 +56,9 @@ _flag("workers", default=1, type=int, help="The number of worker processes.")
 _flag("max_threads", default=4, type=int, help="The max number of gRPC processing threads.")
 _flag("max_asyncio_workers", default=None, type=int,
       help="Threads that run synchronous model methods (default min(32, cpus + 4)).")
+_flag("inline_sync_below_ms", default=1.0, type=float,
+      help="A sync preprocess/predict/postprocess whose last 16 calls each took under this many ms runs on the "
+           "event loop (no thread hand-off); one slower call sends it back to the thread pool. 0: always the pool.")
 _flag("enable_grpc", default=True, type=strtobool, help="Serve gRPC as well as REST.")
 _flag("enable_docs_url", default=False, type=strtobool, help="Serve the OpenAPI documents under /docs.")
 _flag("enable_latency_logging", default=True, type=strtobool,
@@ -274,7 +277,7 @@ class ModelServer:
         loop = asyncio.get_running_loop()
         loop.set_default_executor(ThreadPoolExecutor(max_workers=self.max_asyncio_workers,
                                                      thread_name_prefix="default"))
-        executor.configure(self.max_asyncio_workers)
+        executor.configure(self.max_asyncio_workers, args.inline_sync_below_ms)
         self._stopping = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
             loop.add_signal_handler(sig, self.stop, sig)

@@ -5,6 +5,7 @@ ZOO_MODELS (comma-separated) picks which ones; default: all but "toggle" (which 
 import argparse
 import asyncio
 import os
+import threading
 import time
 
 import numpy as np
@@ -261,6 +262,24 @@ class Faulty(kserve.Model):
 
 
 ZOO["faulty"] = Faulty
+
+
+class Where(kserve.Model):
+    """A sync predict that sleeps as many seconds as its first instance says (0: none) and answers with the
+    name of the thread it ran on. Not in the default set (tests/test_inline.py serves it)."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.ready = True
+
+    def predict(self, payload, headers=None):
+        seconds = float(payload["instances"][0])
+        if seconds:
+            time.sleep(seconds)
+        return {"predictions": [threading.current_thread().name]}
+
+
+ZOO["where"] = Where
 
 
 if __name__ == "__main__":
