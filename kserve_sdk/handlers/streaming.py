@@ -26,10 +26,20 @@ def sse_event(payload: bytes) -> bytes:
     return b"data: " + payload + b"\n\n"
 
 
+#: Responses written within this many seconds of the first unsent one go out in one flush (one socket
+#: write instead of one per response, for models that yield faster than that); the first goes at once.
+COALESCE_SECONDS = 0.001
+#: Buffered bytes that are flushed at once, whatever the time.
+COALESCE_BYTES = 64 * 1024
+
+
 class StreamingHandler(BaseHandler):
-    """Writes an async iterator of responses as they come, flushing each one."""
+    """Writes an async iterator of responses as they come: the first at once, later ones flushed within
+    ``COALESCE_SECONDS`` (so a model that yields faster shares socket writes)."""
 
     _stream_task: Optional[asyncio.Task] = None
+    _unsent = 0
+    _flush_timer: Optional[asyncio.TimerHandle] = None
 
     def on_connection_close(self) -> None:
         super().on_connection_close()
@@ -50,7 +60,8 @@ class StreamingHandler(BaseHandler):
             for name, value in response_headers.items():
                 self.set_header(name, value)
             if first is not _EMPTY:
-                await self._send(frame(encode(first)))
+                self.write(frame(encode(first)))
+                await self.flush()
                 try:
                     sent = 1
                     async for item in items:
@@ -65,15 +76,39 @@ class StreamingHandler(BaseHandler):
                 except Exception as e:  # mid-stream: the client has a 200 already, so the error is an event
                     self.log_exception(type(e), e, e.__traceback__)
                     await self._send(frame(dumps({"error": status_of(e)[1]})))
+            self._cancel_flush_timer()
             self.finish()
         except (asyncio.CancelledError, StreamClosedError):
             self._stream_task = None  # the client went away: nothing more to send
         finally:
+            self._cancel_flush_timer()
             await items.aclose()
 
     async def _send(self, chunk: bytes) -> None:
         self.write(chunk)
-        await self.flush()
+        self._unsent += len(chunk)
+        if self._unsent >= COALESCE_BYTES:
+            self._cancel_flush_timer()
+            self._unsent = 0
+            await self.flush()  # and wait for the socket: a slow client slows the stream, not our memory
+        elif self._flush_timer is None:
+            self._flush_timer = asyncio.get_running_loop().call_later(COALESCE_SECONDS, self._timed_flush)
+
+    def _timed_flush(self) -> None:
+        self._flush_timer, self._unsent = None, 0
+        if not self._finished:
+            self.flush().add_done_callback(_ignore_closed)
+
+    def _cancel_flush_timer(self) -> None:
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+
+
+def _ignore_closed(future: "asyncio.Future") -> None:
+    """A timed flush to a client that has gone: the stream's own task sees the close and stops."""
+    if not future.cancelled():
+        future.exception()
 
 
 class _GenerateBody:
