@@ -251,7 +251,7 @@ class DataPlane:
         start = time.perf_counter_ns()
         try:
             with naming_the_model(model_name):
-                if timeout is None:  # the common case, without a coroutine more
+                if timeout is None:  # the common case: no deadline, no timer
                     response, response_headers, timings = await self._run_model(model, request, headers, verb)
                 else:
                     response, response_headers, timings = await self._run_with_deadline(

@@ -1,4 +1,5 @@
 """Triton's system shared-memory extension, over REST and gRPC, with tritonclient's own shared-memory helpers."""
+import json
 import os
 
 import grpc
@@ -125,6 +126,20 @@ def _error(server, path: str, doc) -> tuple:
     return status, body["error"]
 
 
+def test_a_streamed_request_reads_its_inputs_from_shared_memory(server, regions):
+    data = _values(4)
+    shm.set_shared_memory_region(regions("s", data.nbytes), [data])
+    post_json(server.http_port, "/v2/systemsharedmemory/region/s/register", {"key": f"{KEY_PREFIX}-s", "byte_size": 16})
+    try:
+        doc = _infer_doc({"shared_memory_region": "s", "shared_memory_byte_size": 16})
+        status, _, body = request(server.http_port, "POST", "/v2/models/echo/infer_stream", json.dumps(doc).encode())
+        assert status == 200 and body.startswith(b"data: "), body
+        event = json.loads(body[len(b"data: "):].strip())
+        assert np.array_equal(np.float32(event["outputs"][0]["data"]), data[0])
+    finally:
+        request(server.http_port, "POST", "/v2/systemsharedmemory/unregister", b"")
+
+
 def test_bad_registrations_are_refused_with_the_reason(server, regions):
     regions("small", 64)
     register = "/v2/systemsharedmemory/region/r/register"
@@ -167,6 +182,13 @@ def test_bad_references_in_inference_requests(server, regions):
         assert _error(server, infer, _infer_doc({"shared_memory_region": "r", "shared_memory_byte_size": 16},
                                                 small_out)) == (
             400, "output 'OUTPUT0' needs 16 bytes but its region holds 8 (shared_memory_byte_size)")
+
+        streamed = _infer_doc({"shared_memory_region": "r", "shared_memory_byte_size": 16},
+                              [{"name": "OUTPUT0", "parameters": {"shared_memory_region": "r",
+                                                                  "shared_memory_byte_size": 16}}])
+        assert _error(server, "/v2/models/echo/infer_stream", streamed) == (
+            400, "streamed responses cannot be written to shared memory: request the outputs without "
+                 "shared_memory_region")
 
         stub = GRPCInferenceServiceStub(grpc.insecure_channel(server.grpc_url))
         message = pb.ModelInferRequest(model_name="echo")
