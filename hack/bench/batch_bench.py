@@ -1,6 +1,6 @@
 """Adaptive batching on vs off: kserve_sdk serving a model with a fixed cost per predict call.
 
-    /work/main/.venv/bin/python hack/bench/batch_bench.py [--duration 10] [--cost-ms 20] [--slots 1] \
+    .venv/bin/python hack/bench/batch_bench.py [--duration 10] [--cost-ms 20] [--slots 1] \
         [--max-batch-size 64] [--max-latency-ms 5]
 
 Two servers of hack/bench/batch_model.py (predict sleeps --cost-ms per call, at most --slots calls at

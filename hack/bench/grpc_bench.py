@@ -1,6 +1,6 @@
 """Side-by-side gRPC benchmark of add-one model servers on loopback.
 
-    /work/main/.venv/bin/python hack/bench/grpc_bench.py \
+    .venv/bin/python hack/bench/grpc_bench.py \
         [--targets bare,ours,kserve,mlserver] [--cases grpc-small,grpc-1mib] [--duration 8]
 
 Every target serves inference.GRPCInferenceService/ModelInfer (Open Inference

@@ -1,6 +1,6 @@
 """Side-by-side HTTP benchmark of add-one model servers on loopback.
 
-    /work/main/.venv/bin/python hack/bench/http_bench.py \
+    .venv/bin/python hack/bench/http_bench.py \
         [--targets bare,ours,kserve,mlserver] [--cases v2-json-small,...] [--duration 8]
 
 Targets (each started on free 127.0.0.1 ports, stopped by process group at exit):

@@ -1,6 +1,6 @@
 """Every benchmark in one command: bench.json (every number) and bench.md (tables, acceptance).
 
-    /work/main/.venv/bin/python hack/bench/run_all.py [--out hack/bench/results] [--duration 5] \
+    .venv/bin/python hack/bench/run_all.py [--out hack/bench/results] [--duration 5] \
         [--warmup 1] [--targets bare,ours,kserve,mlserver] [--only http,grpc,...] [--quick]
 
 Groups (each starts its own servers on free 127.0.0.1 ports and stops them by process group at

@@ -1,6 +1,6 @@
 """Triton system shared memory vs binary REST for one 64 MiB FP32 tensor, kserve_sdk only.
 
-    /work/main/.venv/bin/python hack/bench/shm_bench.py [--duration 5] [--max-requests 1000]
+    .venv/bin/python hack/bench/shm_bench.py [--duration 5] [--max-requests 1000]
 
 One `ours` server (hack/bench/addone_model.py, kserve_sdk) on a free 127.0.0.1 port. Two cases, both
 FP32 [1, 16777216] at concurrency 1, sent by shm_client.py (tritonclient.http, its own process):

@@ -1,6 +1,6 @@
 """Streamed responses per second, REST SSE and gRPC, kserve_sdk vs MLServer 1.7.1.
 
-    /work/main/.venv/bin/python hack/bench/stream_bench.py [--targets ours,mlserver] \
+    .venv/bin/python hack/bench/stream_bench.py [--targets ours,mlserver] \
         [--cases sse-stream@c1,...] [--duration 8] [--count 1000]
 
 Targets (free 127.0.0.1 ports, HTTP and gRPC both on, stopped by process group at exit):
