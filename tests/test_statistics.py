@@ -64,7 +64,7 @@ def test_unknown_model_is_not_found(zoo):
 def test_summed_over_workers_and_batches_counted_as_executions(start_server):
     server = start_server("tests/models/scale.py", "--workers", "2", env={"SCALE_MODELS": "cpu,batcher"}, grpc=False)
     pids, calls = set(), 0
-    while len(pids) < 2 and calls < 100:  # a new connection each time: the kernel spreads them over the workers
+    while len(pids) < 2 and calls < 300:  # a new connection each time: the kernel spreads them over the workers
         status, _, body = post_json(server.http_port, "/v1/models/cpu:predict", {"instances": [10]})
         assert status == 200
         pids.add(body["pid"])
