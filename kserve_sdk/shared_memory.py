@@ -104,7 +104,8 @@ class SharedMemoryRegistry:
         """Point every input that names a region at its bytes there (a view, not a copy)."""
         for tensor in request.inputs:
             if in_shared_memory(tensor):
-                tensor._raw_data = self._window(tensor.parameters, f"input '{tensor.name}'")
+                # read-only, like a binary input in a request body: a model cannot write into the client's region
+                tensor._raw_data = self._window(tensor.parameters, f"input '{tensor.name}'").toreadonly()
                 expected = expected_nbytes(tensor.datatype, tensor.shape)
                 if expected >= 0 and len(tensor._raw_data) != expected:
                     raise InvalidInput(f"input '{tensor.name}': {BYTE_SIZE} {len(tensor._raw_data)} does not match "

@@ -231,3 +231,21 @@ def test_regions_reach_every_worker(start_server, regions):
     answers = [post_json(server.http_port, "/v2/models/echo/infer", doc) for _ in range(20)]
     assert {(status, body["error"]) for status, _, body in answers} == {
         (400, "input 'INPUT0' names system shared memory region 'w', which is not registered")}
+
+
+def test_inputs_are_read_only_views_of_the_region(regions):
+    from kserve_sdk.protocol.infer_type import InferInput, InferRequest
+    from kserve_sdk.shared_memory import SharedMemoryRegistry
+
+    data = _values(4)
+    shm.set_shared_memory_region(regions("ro", data.nbytes), [data])
+    registry = SharedMemoryRegistry(allowed=True)
+    registry.register("ro", f"{KEY_PREFIX}-ro", 0, data.nbytes)
+    tensor = InferInput("INPUT0", [1, 4], "FP32",
+                        parameters={"shared_memory_region": "ro", "shared_memory_byte_size": data.nbytes})
+    registry.read_inputs(InferRequest("echo", [tensor]))
+    array = tensor.as_numpy()
+    assert np.array_equal(array, data) and not array.flags.writeable  # a view: the model cannot write back
+    del array
+    tensor._raw_data = tensor._array = None
+    registry.unregister()
