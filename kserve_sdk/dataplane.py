@@ -261,8 +261,7 @@ class DataPlane:
             raise
         finally:
             self.end_request(model_name)
-        batched = (getattr(model, "max_batch_size", None) or 0) > 1  # the batcher counts its executions
-        self._record(model_name, headers, timings, time.perf_counter_ns() - start, not batched)
+        self._record(model_name, headers, timings, time.perf_counter_ns() - start)
         if isinstance(request, InferRequest):
             response = self._as_v2_response(model_name, request, response)
             if shm and isinstance(response, InferResponse):
@@ -288,11 +287,11 @@ class DataPlane:
         if isinstance(model, Model):
             return await model.run_pipeline(request, headers, verb)
         response, response_headers = await _maybe_await(model(request, headers=headers, verb=verb))
+        statistics.record_execution(model.name)
         return response, response_headers, {}
 
-    def _record(self, model_name: str, headers: Dict[str, str], timings: Dict[str, float], total_ns: int,
-                executed: bool = True) -> None:
-        statistics.record_success(model_name, timings, total_ns, executed)
+    def _record(self, model_name: str, headers: Dict[str, str], timings: Dict[str, float], total_ns: int) -> None:
+        statistics.record_success(model_name, timings, total_ns)
         metrics.observe_stages(model_name, timings)
         if timings and self.enable_latency_logging and trace_logger.isEnabledFor(logging.INFO):
             self._log_latency(headers, timings)
@@ -352,6 +351,7 @@ class DataPlane:
             self.end_request(model_name)
             metrics.stream_finished(model_name, protocol, count, first)
             elapsed = time.perf_counter() - start
+            statistics.record_execution(model_name)  # one streaming predict, however many responses
             timings.setdefault("predict_ms", elapsed * 1000)
             self._record(model_name, headers, timings, int(elapsed * 1e9))
 

@@ -12,7 +12,7 @@ from contextlib import aclosing
 from enum import Enum
 from typing import Any, AsyncIterator, Awaitable, Dict, List, Optional, Tuple, Union
 
-from . import context
+from . import context, statistics
 from .constants.constants import PredictorProtocol
 from .errors import InvalidInput
 from .executor import run_stage
@@ -171,15 +171,18 @@ class Model(InferenceModel):
         if verb is InferenceVerb.PREDICT and self.streams_responses():
             raise InvalidInput(f"model '{self.name}' streams its responses: call /v2/models/{self.name}/infer_stream "
                                "or generate_stream (REST), or ModelStreamInfer (gRPC)")
+        batched = verb is not InferenceVerb.EXPLAIN and self.batches(payload)
         if verb is InferenceVerb.EXPLAIN:
             result = await call_stage(self.explain, payload, headers)
             stage = "explain_ms"
-        elif self.batches(payload):
+        elif batched:
             result = await self._batching().submit(payload, headers)
             stage = "predict_ms"
         else:
             result = await call_stage(self.predict, payload, headers, *extra)
             stage = "predict_ms"
+        if not batched:
+            statistics.record_execution(self.name)  # the batcher counts the calls it makes itself
         end = time.perf_counter()
         timings[stage] = (end - mid) * 1000
         result = await self._postprocess(result, headers, extra)

@@ -49,12 +49,11 @@ def _counters_of(model_name: str) -> memoryview:
     return counters
 
 
-def record_success(model_name: str, timings: Dict[str, float], total_ns: int, executed: bool = True) -> None:
-    """A call that answered after ``total_ns``, with its stage timings in ms; ``executed``: it ran
-    ``predict`` on its own (a batched call's execution is counted by :func:`record_execution`)."""
+def record_success(model_name: str, timings: Dict[str, float], total_ns: int) -> None:
+    """A call that answered after ``total_ns``, with its stage timings in ms (its ``predict`` calls are
+    counted where they run: :func:`record_execution`)."""
     counters = _counters.get(model_name) or _counters_of(model_name)
     counters[INFERENCES] += 1
-    counters[EXECUTIONS] += executed
     counters[LAST] = int(time.time() * 1000)
     counters[SUCCESS] += 1
     counters[SUCCESS_NS] += total_ns
@@ -75,7 +74,7 @@ def record_failure(model_name: str, total_ns: int) -> None:
 
 
 def record_execution(model_name: str) -> None:
-    """One ``predict`` call ran a batch of requests."""
+    """The model's ``predict`` (or ``explain``) ran once, for one request or a batch of them."""
     _counters_of(model_name)[EXECUTIONS] += 1
 
 
