@@ -134,15 +134,15 @@ def run_stage(fn: Callable, *args: Any) -> Any:
 
     Returns the result itself when it ran here, or a future (on the pool): ``asyncio.isfuture`` tells.
     """
+    if _inline_below_s <= 0:
+        return run_sync(fn, *args)
     pace = _pace_of(fn)
-    if pace.inline and _inline_below_s > 0 and not no_inline.get():
+    if pace.inline and not no_inline.get():
         start = time.perf_counter()
         try:
             return fn(*args)
         finally:
             pace.inline_run_took(time.perf_counter() - start)
-    if _inline_below_s <= 0:
-        return run_sync(fn, *args)
     return run_sync(_timed, pace, fn, args)
 
 

@@ -5,7 +5,7 @@ import os
 import re
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
-from urllib.parse import quote, unquote, unquote_plus, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, unquote_plus, urlparse, urlsplit, urlunsplit
 
 Patterns = Optional[Union[str, Sequence[str]]]
 
@@ -73,6 +73,16 @@ def scrub(text: str, uri: Optional[str]) -> str:
     for secret in _secrets(uri):
         text = text.replace(secret, "***")
     return text
+
+
+def bucket_and_prefix(uri: str, form: str) -> Tuple[str, str]:
+    """The bucket (the URI's host) and the object prefix of a ``scheme://bucket/prefix`` URI;
+    StorageError naming ``form`` when there is no bucket."""
+    parsed = urlparse(uri)
+    bucket, prefix = parsed.netloc, unquote(parsed.path).lstrip("/")
+    if not bucket:
+        raise StorageError(f"no bucket in the URI (expected {form})")
+    return bucket, prefix
 
 
 def require(module: str, extra: str, package: str):

@@ -6,9 +6,8 @@ emulator. ``GOOGLE_CLOUD_PROJECT`` is optional. Transient failures are retried f
 ``KSERVE_SDK_STORAGE_RETRY_SECONDS`` (default 30).
 """
 import os
-from urllib.parse import unquote, urlparse
 
-from .common import Patterns, StorageError, download_all, env_float, objects_below, require
+from .common import Patterns, StorageError, bucket_and_prefix, download_all, env_float, objects_below, require
 
 
 def client():
@@ -48,10 +47,7 @@ def _endpoint() -> str:
 
 
 def download(uri: str, dest: str, allow_patterns: Patterns = None, ignore_patterns: Patterns = None) -> None:
-    parsed = urlparse(uri)
-    bucket_name, prefix = parsed.netloc, unquote(parsed.path).lstrip("/")
-    if not bucket_name:
-        raise StorageError("no bucket in the URI (expected gs://bucket/prefix)")
+    bucket_name, prefix = bucket_and_prefix(uri, "gs://bucket/prefix")
     from google.api_core import exceptions as gexc
     from google.cloud.storage.retry import DEFAULT_RETRY
 

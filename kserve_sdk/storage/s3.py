@@ -9,10 +9,9 @@ Settings, as KServe's storage initializer reads them: ``AWS_ACCESS_KEY_ID`` / ``
 """
 import os
 from typing import Optional
-from urllib.parse import unquote, urlparse
 
 from ..utils.utils import strtobool
-from .common import Patterns, StorageError, download_all, env_int, objects_below, require
+from .common import Patterns, StorageError, bucket_and_prefix, download_all, env_int, objects_below, require
 
 
 def _flag(name: str, default: bool) -> bool:
@@ -70,10 +69,7 @@ def describe(error: Exception) -> str:
 
 
 def download(uri: str, dest: str, allow_patterns: Patterns = None, ignore_patterns: Patterns = None) -> None:
-    parsed = urlparse(uri)
-    bucket, prefix = parsed.netloc, unquote(parsed.path).lstrip("/")
-    if not bucket:
-        raise StorageError("no bucket in the URI (expected s3://bucket/prefix)")
+    bucket, prefix = bucket_and_prefix(uri, "s3://bucket/prefix")
     s3 = client()
     from botocore.exceptions import BotoCoreError, ClientError
 
