@@ -76,8 +76,7 @@ class StreamingHandler(BaseHandler):
                 except Exception as e:  # mid-stream: the client has a 200 already, so the error is an event
                     self.log_exception(type(e), e, e.__traceback__)
                     await self._send(frame(dumps({"error": status_of(e)[1]})))
-            self._cancel_flush_timer()
-            self.finish()
+            self.finish()  # sends what is buffered; the finally below drops the timer
         except (asyncio.CancelledError, StreamClosedError):
             self._stream_task = None  # the client went away: nothing more to send
         finally:
