@@ -16,7 +16,7 @@ import numpy as np
 from . import executor, metrics, statistics
 from .errors import (DeadlineExceeded, InferenceError, InvalidInput, ModelError, ModelNotFound, ModelNotReady,
                      ServerBusy, ServerNotReady, is_untyped)
-from .logging import trace_logger
+from .logging import log_info_fast, trace_logger
 from .model import InferenceModel, InferenceVerb, Model
 from .model_repository import ModelRepository
 from .protocol.infer_type import InferRequest, InferResponse
@@ -380,10 +380,10 @@ class DataPlane:
 
     @staticmethod
     def _log_latency(headers: Dict[str, str], timings: Dict[str, float]) -> None:
-        trace_logger.info(
-            "requestId: %s, preprocess_ms: %.3f, explain_ms: %.3f, predict_ms: %.3f, postprocess_ms: %.3f",
-            headers.get("x-request-id", "N.A."), timings.get("preprocess_ms", 0.0), timings.get("explain_ms", 0.0),
-            timings.get("predict_ms", 0.0), timings.get("postprocess_ms", 0.0),
+        log_info_fast(
+            trace_logger, "requestId: %s, preprocess_ms: %.3f, explain_ms: %.3f, predict_ms: %.3f, postprocess_ms: %.3f",
+            (headers.get("x-request-id", "N.A."), timings.get("preprocess_ms", 0.0), timings.get("explain_ms", 0.0),
+             timings.get("predict_ms", 0.0), timings.get("postprocess_ms", 0.0)),
         )
 
     # --- repository ---------------------------------------------------------------------------------

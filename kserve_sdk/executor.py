@@ -92,10 +92,13 @@ def configure(max_workers: int, inline_below_ms: Optional[float] = None) -> None
 
 # --- quick sync stages run on the loop ------------------------------------------------------------------
 # Handing a call to a thread and back costs two thread wake-ups, often more than a small predict itself.
-# A sync stage whose last INLINE_AFTER calls on the pool all took under _inline_below_s runs on the loop
-# from then on (as KServe runs every sync predict); one inline call over the limit sends it back to the
-# pool, and it must then prove itself twice as long. A slow model therefore blocks the loop at most once
-# per demotion, and a model that is never quick never leaves the pool.
+# A sync stage that has run INLINE_AFTER calls on the pool under _inline_below_s runs on the loop from
+# then on (as KServe runs every sync predict); one inline call over the limit sends it back to the pool,
+# and it must then prove itself twice as long. A slow model therefore blocks the loop at most once per
+# demotion, and a model that is never quick never leaves the pool. Time is wall time (a model that sleeps
+# or waits is slow). Slow calls on the pool do not reset the count, because there a quick call is often
+# slowed by waiting for the GIL while the loop holds it; on the loop, a call that never waited but that
+# the system switched away from (the machine was busy) is judged by the CPU time its thread used.
 INLINE_AFTER = 16
 _inline_below_s = 0.001
 #: Set while a call has a deadline: a stage running on the loop could not be cancelled at the deadline.
@@ -109,13 +112,34 @@ class _Pace:
         self.quick_runs, self.needed, self.inline = 0, INLINE_AFTER, False
 
     def pooled_run_took(self, seconds: float) -> None:
-        self.quick_runs = self.quick_runs + 1 if seconds < _inline_below_s else 0
-        if self.quick_runs >= self.needed:
-            self.inline = True
+        if seconds < _inline_below_s:
+            self.quick_runs += 1
+            if self.quick_runs >= self.needed:
+                self.inline = True
 
-    def inline_run_took(self, seconds: float) -> None:
-        if seconds >= _inline_below_s:
-            self.inline, self.quick_runs, self.needed = False, 0, self.needed * 2
+    def inline_run_was_slow(self) -> None:
+        self.inline, self.quick_runs, self.needed = False, 0, self.needed * 2
+
+
+try:
+    from resource import RUSAGE_THREAD, getrusage
+
+    def _thread_usage() -> Tuple[int, int, float]:
+        usage = getrusage(RUSAGE_THREAD)
+        return usage.ru_nvcsw, usage.ru_nivcsw, usage.ru_utime + usage.ru_stime
+except ImportError:  # not Linux: wall time alone decides
+    def _thread_usage() -> Tuple[int, int, float]:
+        return 0, 0, 0.0
+
+
+def _was_slow(seconds: float, before: Tuple[int, int, float]) -> bool:
+    """Whether a run on the loop that took ``seconds`` (wall) was slow. On a busy machine the system may
+    pause a quick call for longer than the limit: a run that never waited (no voluntary switch: no sleep,
+    no I/O) but was switched away from counts by the CPU time its thread used instead."""
+    if seconds < _inline_below_s:
+        return False
+    waited, preempted, cpu = _thread_usage()
+    return waited != before[0] or preempted == before[1] or cpu - before[2] >= _inline_below_s
 
 
 _paces: "dict[Any, _Pace]" = {}
@@ -138,11 +162,13 @@ def run_stage(fn: Callable, *args: Any) -> Any:
         return run_sync(fn, *args)
     pace = _pace_of(fn)
     if pace.inline and not no_inline.get():
+        usage = _thread_usage()
         start = time.perf_counter()
         try:
             return fn(*args)
         finally:
-            pace.inline_run_took(time.perf_counter() - start)
+            if _was_slow(time.perf_counter() - start, usage):
+                pace.inline_run_was_slow()
     return run_sync(_timed, pace, fn, args)
 
 

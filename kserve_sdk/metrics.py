@@ -48,10 +48,39 @@ def setup() -> None:
     global _m, _own_dir
     if _m is not None:
         return
-    if "PROMETHEUS_MULTIPROC_DIR" not in os.environ and "prometheus_client.values" not in sys.modules:
+    first_import = "prometheus_client.values" not in sys.modules
+    if "PROMETHEUS_MULTIPROC_DIR" not in os.environ and first_import:
         _own_dir = tempfile.mkdtemp(prefix="kserve-sdk-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = _own_dir
+    if first_import and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        _value_class_with_remembered_pid()
     _m = _Metrics()
+
+
+_pid = os.getpid()
+
+
+def _remembered_pid() -> int:
+    return _pid
+
+
+def _remember_pid() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+def _value_class_with_remembered_pid() -> None:
+    """Make prometheus-client's multi-process values ask a remembered pid, renewed at fork, instead of
+    calling ``os.getpid()`` (a system call) on every update: a request makes about ten updates.
+
+    Only done when no metric exists yet (prometheus-client was not imported before): values of two classes
+    would keep separate tables of the same per-process files.
+    """
+    from prometheus_client import values
+
+    os.register_at_fork(after_in_child=_remember_pid)
+    _remember_pid()
+    values.ValueClass = values.MultiProcessValue(process_identifier=_remembered_pid)
 
 
 def cleanup() -> None:

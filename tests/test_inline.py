@@ -23,6 +23,18 @@ def test_a_quick_sync_predict_moves_to_the_loop_and_a_slow_call_sends_it_back(st
     assert _ran_on(server) == "MainThread"
 
 
+def test_slow_calls_on_the_pool_do_not_undo_the_quick_ones(start_server):
+    # On the pool a quick call can look slow (it waits for the GIL while the loop holds it): slow calls
+    # there must not reset the count, or a busy server would never move a quick model to the loop.
+    server = start_server("tests/models/zoo.py", "--inline_sync_below_ms", "100", env={"ZOO_MODELS": "where"},
+                          grpc=False)
+    names = []
+    for _ in range(16):  # quick and slow (0.2 s, over the limit) calls alternate
+        names += [_ran_on(server), _ran_on(server, 0.2)]
+    assert all(name.startswith("model-") for name in names[:31]), names
+    assert names[31] == "MainThread", names  # after 16 quick calls, even among slow ones, it moved to the loop
+
+
 def test_slow_predicts_never_leave_the_pool(start_server):
     server = start_server("tests/models/zoo.py", env={"ZOO_MODELS": "where"}, grpc=False)
     names = [_ran_on(server, 0.002) for _ in range(24)]  # over the default 1 ms

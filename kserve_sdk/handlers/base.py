@@ -4,8 +4,9 @@ import asyncio
 import functools
 import logging
 import zlib
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
+from tornado.httputil import HTTPHeaders
 from tornado.web import HTTPError, RequestHandler
 
 from ..dataplane import DataPlane
@@ -13,9 +14,16 @@ from .. import metrics
 from ..errors import InferenceError, InvalidInput, PayloadTooLarge, status_of
 from ..logging import logger
 from ..protocol.rest_codec import dumps
-from .cloudevents import encode_cloudevent
 
 JSON = "application/json"
+
+
+class Reply(NamedTuple):
+    """An answer apart from its transport: the body, its content type and the other response headers."""
+
+    body: bytes
+    content_type: str
+    headers: Dict[str, str]
 
 
 def cancel_on_disconnect(method):
@@ -34,6 +42,26 @@ def cancel_on_disconnect(method):
             self._work_task = None
 
     return wrapper
+
+
+def lowercase_headers(headers: HTTPHeaders) -> Dict[str, str]:
+    """Request headers as one mutable dict with lowercase names: what models receive."""
+    return {name.lower(): value for name, value in headers.get_all()}
+
+
+def error_reply(exc: BaseException) -> Tuple[int, bytes, Dict[str, str]]:
+    """The status, ``{"error": ...}`` body and extra headers answering an exception."""
+    status, message = status_of(exc)
+    retry_after = getattr(exc, "retry_after", None)
+    return status, dumps({"error": message}), ({} if retry_after is None else {"Retry-After": str(retry_after)})
+
+
+def log_failure(method: str, path: str, status: int, exc: BaseException) -> None:
+    """Log a failed request: a server fault (5xx but 501 / 503) with its traceback, others in one INFO line."""
+    if status >= 500 and status != 501 and status != 503:
+        logger.error("%s %s failed: %s", method, path, exc, exc_info=exc)
+    elif logger.isEnabledFor(logging.INFO):
+        logger.info("%s %s -> %d: %s", method, path, status, exc)
 
 
 def encoded(model_name: str, encode, *args: Any):
@@ -95,7 +123,7 @@ class BaseHandler(RequestHandler):
 
         The request's ``x-request-id`` is echoed in the response; one is made up when there is none.
         """
-        headers = {name.lower(): value for name, value in self.request.headers.get_all()}
+        headers = lowercase_headers(self.request.headers)
         self.set_header("x-request-id", self.dataplane.request_id(headers))
         return headers
 
@@ -107,11 +135,9 @@ class BaseHandler(RequestHandler):
         self.set_header("Content-Type", content_type)
         self.finish(body)
 
-    def send_cloudevent(self, response: Any, event: Tuple[Any, Dict[str, Any], str], model_name: str,
-                        headers: Dict[str, str]) -> None:
-        """Finish with ``response`` as a CloudEvent in the mode of the request ``event`` (see cloudevents.py)."""
-        body, event_headers = encode_cloudevent(response, event[1], event[2], model_name)
-        self.send_body(body, event_headers.pop("content-type"), {**headers, **event_headers})
+    def send_reply(self, reply: "Reply") -> None:
+        """Finish with a reply of inference.py's functions."""
+        self.send_body(reply.body, reply.content_type, reply.headers)
 
     def send_json(self, obj: Any) -> None:
         """Finish with ``obj`` as compact JSON."""
@@ -122,22 +148,16 @@ class BaseHandler(RequestHandler):
         if isinstance(exc, HTTPError):
             message = exc.log_message or self._reason
         elif exc is not None:
-            status_code, message = status_of(exc)
+            status_code, body, headers = error_reply(exc)
             self.set_status(status_code)
-            retry_after = getattr(exc, "retry_after", None)
-            if retry_after is not None:
-                self.set_header("Retry-After", str(retry_after))
+            return self.send_body(body, JSON, headers)
         else:
             message = self._reason
-        self.set_header("Content-Type", JSON)
-        self.finish(dumps({"error": message}))
+        self.send_json({"error": message})
 
     def log_exception(self, typ, value, tb) -> None:
         status = value.status_code if isinstance(value, HTTPError) else status_of(value)[0]
-        if status >= 500 and status != 501 and status != 503:
-            logger.error("%s %s failed: %s", self.request.method, self.request.path, value, exc_info=(typ, value, tb))
-        elif logger.isEnabledFor(logging.INFO):
-            logger.info("%s %s -> %d: %s", self.request.method, self.request.path, status, value)
+        log_failure(self.request.method, self.request.path, status, value)
 
 
 class NotFoundHandler(BaseHandler):

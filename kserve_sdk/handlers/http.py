@@ -1,55 +1,17 @@
-"""The HTTP route table: which handler answers which path, and the per-request access log and metrics;
-a body over ``max_body_size`` answered as 413."""
-import logging
+"""The HTTP route table: which handler answers which path (the inference routes through fast_path.py),
+and a body over ``max_body_size`` answered as 413."""
 from typing import Any, Awaitable, Dict, Optional, Union
 
 from tornado import httputil
-from tornado.web import Application, RequestHandler
+from tornado.web import Application
 
-from .. import metrics
 from ..dataplane import DataPlane
-from ..logging import ACCESS_LOGGER_NAME, logger
+from ..logging import logger
 from ..protocol.rest_codec import dumps
 from . import docs, streaming, v1, v2
+from .access_log import RequestLog
 from .base import LiveHandler, MetricsHandler, NotFoundHandler
-
-access_logger = logging.getLogger(ACCESS_LOGGER_NAME)
-
-#: The default ``--access_log_format``. Fields: client, method, path, query, status, bytes,
-#: duration_ms, request_id, protocol, endpoint, model, http_version, user_agent.
-DEFAULT_ACCESS_LOG_FORMAT = '%(client)s "%(method)s %(path)s HTTP/%(http_version)s" %(status)s %(bytes)s %(duration_ms).3fms'
-
-
-def access_log_fields(handler: RequestHandler, model: str, duration: float) -> Dict[str, Any]:
-    """The named fields an access log format can use."""
-    request = handler.request
-    return {
-        "client": request.remote_ip, "method": request.method, "path": request.path, "query": request.query,
-        "status": handler.get_status(), "bytes": handler._headers.get("Content-Length", "-"),
-        "duration_ms": duration * 1000, "request_id": handler._headers.get("x-request-id", "-"),
-        "protocol": handler.protocol, "endpoint": handler.endpoint, "model": model or "-",
-        "http_version": request.version.rpartition("/")[2], "user_agent": request.headers.get("User-Agent", "-"),
-    }
-
-
-def request_logger(dataplane: DataPlane, access_log_format: Optional[str]):
-    """Tornado's ``log_function``: one access line and the request metrics, for every request."""
-    fmt = access_log_format or DEFAULT_ACCESS_LOG_FORMAT
-
-    def log_request(handler: RequestHandler) -> None:
-        duration = handler.request.request_time()
-        protocol = getattr(handler, "protocol", "rest_v2")
-        path_args = getattr(handler, "path_args", None)  # unset when the URL did not decode
-        model = dataplane.model_label(path_args[0]) if path_args else ""
-        metrics.request_finished(model, protocol, getattr(handler, "endpoint", "other"),
-                                 str(handler.get_status()), duration, started=getattr(handler, "in_flight_counted", False))
-        if access_logger.isEnabledFor(logging.INFO):
-            try:
-                access_logger.info(fmt, access_log_fields(handler, model, duration))
-            except (KeyError, ValueError, TypeError) as e:
-                access_logger.info("bad --access_log_format %r: %s", fmt, e)
-
-    return log_request
+from .fast_path import FastPath
 
 _MODEL = r"([^/]+?)"
 _VERSION = r"(?:/versions/([^/]+))?"
@@ -90,20 +52,30 @@ def make_app(dataplane: DataPlane, access_log_format: Optional[str] = None, enab
         (r"/openapi\.json", docs.OpenAPIHandler),
         *docs.docs_routes(enable_docs_url),
     ]
-    return _Application(
+    request_log = RequestLog(dataplane, access_log_format)
+    app = _Application(
         [(path, handler, ctx) for path, handler in routes],
         default_handler_class=NotFoundHandler,
         default_handler_args=ctx,
         compress_response=enable_gzip,
-        log_function=request_logger(dataplane, access_log_format),
+        log_function=request_log.handler_finished,
         max_body_size=max_body_size,
         **settings,
     )
+    app.fast_path = FastPath(dataplane, request_log, enable_gzip)
+    return app
 
 
 class _Application(Application):
-    """Tornado's Application, with ``max_body_size`` answered as 413 and a JSON message (Tornado itself
-    answers an over-large body with a bare 400 and closes the connection)."""
+    """Tornado's Application, with the inference routes answered by fast_path.py and ``max_body_size``
+    answered as 413 and a JSON message (Tornado itself answers an over-large body with a bare 400 and
+    closes the connection)."""
+
+    fast_path: Optional[FastPath] = None
+
+    def find_handler(self, request: httputil.HTTPServerRequest, **kwargs: Any) -> httputil.HTTPMessageDelegate:
+        delegate = self.fast_path.delegate_for(request) if self.fast_path is not None else None
+        return delegate if delegate is not None else super().find_handler(request, **kwargs)
 
     def start_request(self, server_conn: object, request_conn: httputil.HTTPConnection) -> httputil.HTTPMessageDelegate:
         delegate = super().start_request(server_conn, request_conn)

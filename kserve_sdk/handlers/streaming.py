@@ -17,6 +17,7 @@ from ..protocol.infer_type import InferResponse
 from ..protocol.rest_codec import dumps, encode_infer_response, infer_request_from_dict, loads_json
 from .base import BaseHandler, cancel_on_disconnect
 from .cloudevents import decode_cloudevent, encode_cloudevent
+from .inference import cloudevent_reply
 
 _EMPTY = object()
 
@@ -177,7 +178,7 @@ class GenerateHandler(BaseHandler, _GenerateBody):
         else:
             body = dumps(merge_generate([to_generate_json(item, name, version) for item in items]))
         if event is not None:
-            return self.send_cloudevent(orjson_loads(body), event, name, response_headers)
+            return self.send_reply(cloudevent_reply(orjson_loads(body), event, name, response_headers))
         self.send_body(body, headers=response_headers)
 
 

@@ -2,13 +2,9 @@
 from typing import Optional
 
 from ..errors import InvalidInput, ModelNotReady, ServerNotReady
-from ..protocol.infer_type import InferResponse
-from ..protocol.rest_codec import (decode_infer_request, dumps, encode_infer_response, infer_request_from_dict, loads_json,
-                                   parse_json_length)
-from .base import JSON, BaseHandler, cancel_on_disconnect, encoded
-from .cloudevents import decode_cloudevent
-
-BINARY_HEADER = "Inference-Header-Content-Length"
+from ..protocol.rest_codec import loads_json
+from .base import BaseHandler, cancel_on_disconnect
+from .inference import infer_v2
 
 
 class ServerMetadataHandler(BaseHandler):
@@ -86,30 +82,7 @@ class InferHandler(BaseHandler):
 
     @cancel_on_disconnect
     async def post(self, name: str, version: Optional[str] = None) -> None:
-        await self.dataplane.ready_model(name)
-        body = self.request.body
-        event = decode_cloudevent(body, self.request.headers)
-        if event is None:
-            json_length = parse_json_length(self.request.headers.get(BINARY_HEADER), len(body))
-            request = decode_infer_request(body, json_length, name)
-        else:  # JSON event data is a v2 request; other data (e.g. Avro) goes to the model as bytes
-            request = event[0] if isinstance(event[0], bytes) else infer_request_from_dict(event[0], name, b"", None)
-        if not isinstance(request, bytes):
-            request.model_version = version
-        response, response_headers = await self.dataplane.infer(name, request, self.request_headers())
-        if event is not None:
-            return self.send_cloudevent(response, event, name, response_headers)
-        if isinstance(response, InferResponse):
-            payload, out_length = encoded(name, encode_infer_response, response)
-        elif isinstance(response, (bytes, bytearray)):
-            payload, out_length = bytes(response), None
-        else:
-            payload, out_length = encoded(name, dumps, response), None
-        if out_length is not None:
-            self.set_header(BINARY_HEADER, str(out_length))
-            self.send_body(payload, "application/octet-stream", response_headers)
-        else:
-            self.send_body(payload, JSON, response_headers)
+        self.send_reply(await infer_v2(self.dataplane, name, version, self.request.body, self.request.headers))
 
 
 class RepositoryHandler(BaseHandler):

@@ -282,6 +282,23 @@ class Where(kserve.Model):
 ZOO["where"] = Where
 
 
+class SetHeaders(kserve.Model):
+    """Sets the response headers its v1 instances name: ``[[name, value], ...]`` (values as JSON gives them).
+    Not in the default set (tests/test_fast_path.py serves it)."""
+
+    def __init__(self, name):
+        super().__init__(name, return_response_headers=True)
+        self.ready = True
+
+    def predict(self, payload, headers=None, response_headers=None):
+        for name, value in payload["instances"]:
+            response_headers[name] = value
+        return {"predictions": len(payload["instances"])}
+
+
+ZOO["setheaders"] = SetHeaders
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(parents=[model_server.parser])
     args, _ = parser.parse_known_args()

@@ -1,0 +1,96 @@
+"""The inference routes' work apart from how HTTP carries it: a body and its headers in, a Reply out.
+
+``POST /v2/models/<m>[/versions/<v>]/infer`` and ``POST /v1/models/<m>:predict`` / ``:explain`` are served
+by fast_path.py in the common case and by the RequestHandlers of v1.py and v2.py otherwise; both call these
+functions, so a client gets the same answer whichever served it.
+"""
+from typing import Any, Dict, Optional, Tuple
+
+from tornado.httputil import HTTPHeaders
+
+from ..dataplane import DataPlane
+from ..errors import InvalidInput
+from ..protocol.infer_type import InferResponse
+from ..protocol.rest_codec import decode_infer_request, dumps, encode_infer_response, infer_request_from_dict, \
+    loads_json, parse_json_length
+from .base import JSON, Reply, encoded, lowercase_headers
+from .cloudevents import decode_cloudevent, encode_cloudevent
+
+BINARY_HEADER = "Inference-Header-Content-Length"
+OCTET_STREAM = "application/octet-stream"
+
+
+def model_headers(dataplane: DataPlane, headers: HTTPHeaders) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """The headers a model receives (lowercase names) and the response headers every answer starts with:
+    the request's ``x-request-id``, made up when the client sent none."""
+    call_headers = lowercase_headers(headers)
+    return call_headers, {"x-request-id": dataplane.request_id(call_headers)}
+
+
+def cloudevent_reply(response: Any, event: Tuple[Any, Dict[str, Any], str], model_name: str,
+                     headers: Dict[str, str]) -> Reply:
+    """``response`` as a CloudEvent in the mode of the request ``event`` (see cloudevents.py)."""
+    body, event_headers = encode_cloudevent(response, event[1], event[2], model_name)
+    content_type = event_headers.pop("content-type")
+    return Reply(body, content_type, {**headers, **event_headers})
+
+
+async def infer_v2(dataplane: DataPlane, name: str, version: Optional[str], body: bytes,
+                   headers: HTTPHeaders) -> Reply:
+    """Open Inference Protocol ``infer``: a JSON, binary-extension or CloudEvent request."""
+    await dataplane.ready_model(name)
+    event = decode_cloudevent(body, headers)
+    if event is None:
+        request = decode_infer_request(body, parse_json_length(headers.get(BINARY_HEADER), len(body)), name)
+    else:  # JSON event data is a v2 request; other data (e.g. Avro) goes to the model as bytes
+        request = event[0] if isinstance(event[0], bytes) else infer_request_from_dict(event[0], name, b"", None)
+    if not isinstance(request, bytes):
+        request.model_version = version
+    call_headers, reply_headers = model_headers(dataplane, headers)
+    response, response_headers = await dataplane.infer(name, request, call_headers)
+    reply_headers.update(response_headers)
+    if event is not None:
+        return cloudevent_reply(response, event, name, reply_headers)
+    if isinstance(response, InferResponse):
+        payload, out_length = encoded(name, encode_infer_response, response)
+    elif isinstance(response, (bytes, bytearray)):
+        payload, out_length = bytes(response), None
+    else:
+        payload, out_length = encoded(name, dumps, response), None
+    if out_length is None:
+        return Reply(payload, JSON, reply_headers)
+    reply_headers[BINARY_HEADER] = str(out_length)
+    return Reply(payload, OCTET_STREAM, reply_headers)
+
+
+async def call_v1(dataplane: DataPlane, verb: str, name: str, body: bytes, headers: HTTPHeaders,
+                  event: Optional[Tuple[Any, Dict[str, Any], str]] = None) -> Reply:
+    """KServe v1 ``predict`` or ``explain`` (``verb``) with a JSON or CloudEvent body, answered at once.
+
+    ``event`` is the request's decoded CloudEvent when the caller has decoded it already.
+    """
+    await dataplane.ready_model(name)
+    if not body:
+        raise InvalidInput("the request body is empty")
+    if event is None:
+        event = decode_cloudevent(body, headers)
+    request = loads_json(body) if event is None else event[0]
+    call = dataplane.infer if verb == "predict" else dataplane.explain
+    call_headers, reply_headers = model_headers(dataplane, headers)
+    response, response_headers = await call(name, request, call_headers)
+    reply_headers.update(response_headers)
+    if event is not None:
+        return cloudevent_reply(response, event, name, reply_headers)
+    payload, content_type = encoded(name, encode_v1_response, response)
+    return Reply(payload, content_type, reply_headers)
+
+
+def encode_v1_response(response: Any) -> Tuple[bytes, str]:
+    """The body and content type for whatever a v1 model returned."""
+    if isinstance(response, (bytes, bytearray, memoryview)):
+        return bytes(response), OCTET_STREAM
+    if isinstance(response, str):
+        return response.encode("utf-8"), "text/plain; charset=utf-8"
+    if isinstance(response, InferResponse):
+        return encode_infer_response(response)[0], JSON
+    return dumps(response), JSON
