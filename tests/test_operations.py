@@ -2,6 +2,7 @@
 and a graceful shutdown that loses no request."""
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -129,6 +130,52 @@ def test_access_and_latency_lines(start_server):
     assert "ACCESS POST /v1/models/echo:predict 200 trace-42 echo 19 " in log
     assert f"requestId: trace-42, preprocess_ms: " in log
     assert f"requestId: {generated}, preprocess_ms: " in log and "predict_ms: " in log and "postprocess_ms: " in log
+
+
+def test_bad_access_log_format_is_reported_and_requests_are_served(start_server):
+    server = start_server("tests/models/zoo.py", "--access_log_format", "%(nosuch)s", env={"ZOO_MODELS": "echo"},
+                          grpc=False)
+    status, _, body = post_json(server.http_port, "/v1/models/echo:predict", {"instances": [1]})
+    assert status == 200 and body == {"predictions": [1]}
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and "bad --access_log_format" not in server.log():
+        time.sleep(0.05)
+    assert "bad --access_log_format '%(nosuch)s': 'nosuch'" in server.log()
+
+
+def test_per_request_lines_written_directly_match_the_logging_module():
+    """log_info_fast writes the per-request lines itself under the default configuration; they must read
+    exactly as the logging module would write them, and go through the handlers under any other one."""
+    import io
+    import logging
+
+    from kserve_sdk.logging import KSERVE_LOGGER_DATE_FORMAT, KSERVE_TRACE_LOGGER_FORMAT, Formatter, log_info_fast
+
+    target = logging.getLogger("kserve_sdk.test.per_request")
+    target.propagate, target.level = False, logging.INFO
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(Formatter(KSERVE_TRACE_LOGGER_FORMAT, KSERVE_LOGGER_DATE_FORMAT))
+    target.addHandler(handler)
+    try:
+        fields = {"method": "POST", "ms": 1.23456}
+        log_info_fast(target, "%(method)s took %(ms).3fms", fields)
+        target.info("%(method)s took %(ms).3fms", fields)
+        log_info_fast(target, "requestId: %s, predict_ms: %.3f", ("r-1", 0.5))
+        direct, logged, positional = stream.getvalue().splitlines()
+        assert direct.split(" ", 2)[2] == logged.split(" ", 2)[2] == f"{os.getpid()} {target.name} POST took 1.235ms"
+        assert len(direct.split(" ", 2)[1]) == len(logged.split(" ", 2)[1]) == len("00:00:00.000")
+        assert positional.endswith(f"{target.name} requestId: r-1, predict_ms: 0.500")
+        with pytest.raises(KeyError):  # the caller (the access log) reports a bad --access_log_format
+            log_info_fast(target, "%(nosuch)s", fields)
+
+        seen = []
+        target.addFilter(lambda record: seen.append(record.getMessage()) or True)  # not the default any more
+        log_info_fast(target, "%(method)s again", fields)
+        assert seen == ["POST again"] and stream.getvalue().splitlines()[-1].endswith("POST again")
+    finally:
+        target.removeHandler(handler)
+        target.filters.clear()
 
 
 async def _sleepy_requests(port, count, seconds):
