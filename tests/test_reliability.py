@@ -357,6 +357,10 @@ def test_client_that_disconnects_cancels_the_model(guarded, path, body):
     while _cancelled(guarded) == before and time.monotonic() < deadline:
         time.sleep(0.02)
     assert _cancelled(guarded) == before + 1
+    deadline = time.monotonic() + 5
+    while f'"POST {path} HTTP/1.1" 499 ' not in guarded.log() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert f'"POST {path} HTTP/1.1" 499 ' in guarded.log()  # the access line says the client went away
 
 
 # --- slow clients ------------------------------------------------------------------------------------------
