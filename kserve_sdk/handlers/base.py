@@ -135,7 +135,7 @@ class BaseHandler(RequestHandler):
         self.set_header("Content-Type", content_type)
         self.finish(body)
 
-    def send_reply(self, reply: "Reply") -> None:
+    def send_reply(self, reply: Reply) -> None:
         """Finish with a reply of inference.py's functions."""
         self.send_body(reply.body, reply.content_type, reply.headers)
 
