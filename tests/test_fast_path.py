@@ -99,13 +99,21 @@ def test_pipelined_requests_are_answered_in_order(zoo):
                     for b in bodies)
     with socket.create_connection(("127.0.0.1", zoo.http_port), timeout=10) as s:
         s.sendall(wire)
-        received = b""
-        while received.count(b'"id":"r') < 3 or not received.rstrip().endswith(b"}"):
+        received, answers = b"", []
+        while len(answers) < 3:
             chunk = s.recv(65536)
             assert chunk, received
             received += chunk
-    ids = [part.split(b'"', 1)[0] for part in received.split(b'"id":"')[1:]]
-    assert ids == [b"r0", b"r1", b"r2"], received
+            while b"\r\n\r\n" in received:  # take every complete answer: headers, then Content-Length bytes
+                head, _, rest = received.partition(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                if len(rest) < length:
+                    break
+                answers.append((head.split(b"\r\n")[0], json.loads(rest[:length])))
+                received = rest[length:]
+    assert [status for status, _ in answers] == [b"HTTP/1.1 200 OK"] * 3
+    assert [doc["id"] for _, doc in answers] == ["r0", "r1", "r2"]
+    assert [doc["outputs"][0]["data"] for _, doc in answers] == [[float(i)] * 4 for i in range(3)]
 
 
 def test_other_methods_on_inference_routes_are_not_allowed(zoo):
