@@ -58,8 +58,8 @@ _flag("max_threads", default=4, type=int, help="The max number of gRPC processin
 _flag("max_asyncio_workers", default=None, type=int,
       help="Threads that run synchronous model methods (default min(32, cpus + 4)).")
 _flag("inline_sync_below_ms", default=1.0, type=float,
-      help="A sync preprocess/predict/postprocess whose last 16 calls each took under this many ms runs on the "
-           "event loop (no thread hand-off); one slower call sends it back to the thread pool. 0: always the pool.")
+      help="A sync preprocess/predict/postprocess that has made 16 calls under this many ms on the thread pool runs "
+           "on the event loop (no thread hand-off); one slower call there sends it back to the pool. 0: always the pool.")
 _flag("enable_grpc", default=True, type=strtobool, help="Serve gRPC as well as REST.")
 _flag("enable_docs_url", default=False, type=strtobool, help="Serve the OpenAPI documents under /docs.")
 _flag("enable_latency_logging", default=True, type=strtobool,

@@ -52,9 +52,9 @@ def _counters_of(model_name: str) -> memoryview:
 def record_success(model_name: str, timings: Dict[str, float], total_ns: int) -> None:
     """A call that answered after ``total_ns``, with its stage timings in ms (its ``predict`` calls are
     counted where they run: :func:`record_execution`)."""
-    counters = _counters.get(model_name) or _counters_of(model_name)
+    counters = _counters_of(model_name)
     counters[INFERENCES] += 1
-    counters[LAST] = int(time.time() * 1000)
+    counters[LAST] = time.time_ns() // 1_000_000
     counters[SUCCESS] += 1
     counters[SUCCESS_NS] += total_ns
     counters[QUEUE] += 1  # the queue wait is inside the predict time (thread pool, batcher): not split out
