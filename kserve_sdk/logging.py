@@ -3,13 +3,14 @@
 Loggers: ``kserve`` (server and model messages), ``kserve.trace`` (per-request latency lines) and
 Tornado's ``tornado.access`` (one line per HTTP request). ``KSERVE_LOGLEVEL`` sets the level.
 """
+import asyncio
 import json
 import logging
 import logging.config
 import os
 import threading
 import time
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import yaml
 
@@ -117,6 +118,7 @@ def _after_fork() -> None:
     global _pid
     _pid = os.getpid()
     _fixed_fields.clear()
+    _pending.clear()  # the parent writes its own lines
 
 
 os.register_at_fork(after_in_child=_after_fork)
@@ -133,13 +135,48 @@ def log_info_fast(target: logging.Logger, msg: str, args: Any) -> None:
     handler = _plain_handler(target)
     if handler is not None:
         now = time.time()
-        line = (f"{handler.formatter.second_text(now)}.{int((now - int(now)) * 1000):03d} {_pid} {target.name} "
-                f"{msg % args if args else msg}\n")
-        with handler.lock:
-            handler.stream.write(line)
-            handler.stream.flush()
+        _write_soon(handler, f"{handler.formatter.second_text(now)}.{int((now - int(now)) * 1000):03d} {_pid} "
+                             f"{target.name} {msg % args if args else msg}\n")
         return
     target.handle(_record(target, msg, args))
+
+
+#: event loop -> {handler: lines waiting for the end of the loop's round}
+_pending: Dict[Any, Dict[logging.StreamHandler, List[str]]] = {}
+
+
+def _write_soon(handler: logging.StreamHandler, line: str) -> None:
+    """Write ``line`` once the event loop has run the callbacks of its current round, with the other lines
+    of that round: under load one write (one system call) carries the lines of many requests, in order.
+    Off an event loop's thread the line is written at once."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        _write(handler, [line])
+        return
+    waiting = _pending.get(loop)
+    if waiting is None:
+        waiting = _pending[loop] = {}
+        loop.call_soon(_write_pending, loop)
+    lines = waiting.get(handler)
+    if lines is None:
+        waiting[handler] = [line]
+    else:
+        lines.append(line)
+
+
+def _write_pending(loop: Any) -> None:
+    for handler, lines in _pending.pop(loop, {}).items():
+        _write(handler, lines)
+
+
+def _write(handler: logging.StreamHandler, lines: List[str]) -> None:
+    try:
+        with handler.lock:
+            handler.stream.write("".join(lines))
+            handler.stream.flush()
+    except Exception:  # a closed or broken stream must not fail the request (logging.Handler's rule)
+        handler.handleError(logging.makeLogRecord({"msg": lines[0].rstrip("\n")}))
 
 
 def _plain_handler(target: logging.Logger) -> Optional[logging.StreamHandler]:

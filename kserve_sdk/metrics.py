@@ -7,6 +7,7 @@ scrape of any worker reads them all. The mode is chosen when prometheus-client i
 """
 import os
 import shutil
+from bisect import bisect_left
 import sys
 import tempfile
 from typing import Dict, Optional, Tuple
@@ -53,34 +54,13 @@ def setup() -> None:
         _own_dir = tempfile.mkdtemp(prefix="kserve-sdk-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = _own_dir
     if first_import and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        _value_class_with_remembered_pid()
+        # Only when no metric exists yet: values of two classes would keep separate tables of the same files.
+        from prometheus_client import values
+
+        from .metric_files import SlotValue
+
+        values.ValueClass = SlotValue
     _m = _Metrics()
-
-
-_pid = os.getpid()
-
-
-def _remembered_pid() -> int:
-    return _pid
-
-
-def _remember_pid() -> None:
-    global _pid
-    _pid = os.getpid()
-
-
-def _value_class_with_remembered_pid() -> None:
-    """Make prometheus-client's multi-process values ask a remembered pid, renewed at fork, instead of
-    calling ``os.getpid()`` (a system call) on every update: a request makes about ten updates.
-
-    Only done when no metric exists yet (prometheus-client was not imported before): values of two classes
-    would keep separate tables of the same per-process files.
-    """
-    from prometheus_client import values
-
-    os.register_at_fork(after_in_child=_remember_pid)
-    _remember_pid()
-    values.ValueClass = values.MultiProcessValue(process_identifier=_remembered_pid)
 
 
 def cleanup() -> None:
@@ -98,15 +78,57 @@ def worker_exited(pid: int) -> None:
 
 
 _children: Dict[tuple, object] = {}
+os.register_at_fork(after_in_child=_children.clear)  # a forked worker's values live in files of its own
 
 
 def _child(metric, *labels: str):
-    """``metric.labels(*labels)``, remembered: labels() takes a lock and builds a key on every call."""
+    """``metric.labels(*labels)``, remembered, and as a direct writer to its memory-mapped values when it
+    has them: labels() takes a lock and builds a key on every call, and observe() walks three layers."""
     key = (id(metric), labels)
     child = _children.get(key)
     if child is None:
-        child = _children[key] = metric.labels(*labels)
+        child = _children[key] = _direct(metric.labels(*labels))
     return child
+
+
+def _direct(child):
+    from .metric_files import SlotValue
+
+    if isinstance(getattr(child, "_value", None), SlotValue):  # a Counter's or a Gauge's child
+        return _SlotCount(child._value)
+    buckets, total = getattr(child, "_buckets", None), getattr(child, "_sum", None)
+    if isinstance(total, SlotValue) and all(isinstance(b, SlotValue) for b in buckets):
+        return _SlotHistogram(child._upper_bounds, buckets, total)
+    return child  # values of another class (prometheus-client was imported first): its own API
+
+
+# The writers below skip prometheus-client's lock: these metrics are recorded on the event loop's
+# thread only (one loop per worker process).
+class _SlotCount:
+    __slots__ = ("_slot",)
+
+    def __init__(self, value):
+        self._slot = value._slot
+
+    def inc(self, amount: float = 1.0) -> None:
+        self._slot[0] += amount
+
+    def dec(self, amount: float = 1.0) -> None:
+        self._slot[0] -= amount
+
+
+class _SlotHistogram:
+    __slots__ = ("_bounds", "_buckets", "_sum")
+
+    def __init__(self, bounds, buckets, total):
+        self._bounds = list(bounds)
+        self._buckets = [bucket._slot for bucket in buckets]
+        self._sum = total._slot
+
+    def observe(self, amount: float) -> None:
+        # one count in the first bucket whose bound is at or above amount, as prometheus-client counts
+        self._buckets[bisect_left(self._bounds, amount)][0] += 1
+        self._sum[0] += amount
 
 
 def observe_stages(model_name: str, timings: Dict[str, float]) -> None:
@@ -138,16 +160,16 @@ def stream_finished(model_name: str, protocol: str, responses: int, first_respon
     """A stream ended after ``responses`` responses; the first came ``first_response_s`` after the request."""
     if _m is None:
         return
-    _m.streams.labels(model_name, protocol).inc()
-    _m.stream_responses.labels(model_name, protocol).observe(responses)
+    _child(_m.streams, model_name, protocol).inc()
+    _child(_m.stream_responses, model_name, protocol).observe(responses)
     if first_response_s is not None:
-        _m.first_response.labels(model_name, protocol).observe(first_response_s)
+        _child(_m.first_response, model_name, protocol).observe(first_response_s)
 
 
 def batch_formed(model_name: str, size: int) -> None:
     """``size`` requests were merged into one predict call."""
     if _m is not None:
-        _m.batch_size.labels(model_name).observe(size)
+        _child(_m.batch_size, model_name).observe(size)
 
 
 def render(accept: Optional[str]) -> Tuple[bytes, str]:

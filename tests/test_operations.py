@@ -178,6 +178,90 @@ def test_per_request_lines_written_directly_match_the_logging_module():
         target.filters.clear()
 
 
+def test_per_request_lines_on_the_loop_are_written_together_at_the_end_of_its_round():
+    """On an event loop the per-request lines wait for the end of the loop's round, then go out in order
+    in one write; lines of the next round go in a write of their own."""
+    import logging
+
+    from kserve_sdk.logging import KSERVE_LOGGER_DATE_FORMAT, KSERVE_TRACE_LOGGER_FORMAT, Formatter, log_info_fast
+
+    class Recorder:
+        def __init__(self):
+            self.writes = []
+
+        def write(self, text):
+            self.writes.append(text)
+
+        def flush(self):
+            pass
+
+    target = logging.getLogger("kserve_sdk.test.per_round")
+    target.propagate, target.level = False, logging.INFO
+    stream = Recorder()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(Formatter(KSERVE_TRACE_LOGGER_FORMAT, KSERVE_LOGGER_DATE_FORMAT))
+    target.addHandler(handler)
+
+    async def rounds():
+        for i in range(3):
+            log_info_fast(target, "line %d", (i,))
+        assert stream.writes == []  # not before the round ends
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        log_info_fast(target, "line %d", (3,))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    try:
+        asyncio.run(rounds())
+    finally:
+        target.removeHandler(handler)
+    assert len(stream.writes) == 2
+    assert [line.rsplit(" ", 2)[1:] for line in stream.writes[0].splitlines()] == [["line", str(i)] for i in range(3)]
+    assert stream.writes[1].endswith(f"{target.name} line 3\n")
+
+
+def test_metric_values_read_back_by_prometheus_after_the_file_grows_and_after_a_fork(tmp_path):
+    """kserve_sdk.metric_files writes what prometheus-client's multi-process collector reads: many values
+    (the file grows past its first mapping), values made before a fork and updated after it in both
+    processes (each process counts in its own file; the scrape sums them)."""
+    script = tmp_path / "values.py"
+    script.write_text("""
+import os, sys
+from kserve_sdk import metrics
+metrics.setup()
+from prometheus_client import CollectorRegistry, Counter, Histogram, multiprocess
+counter = Counter("many", "many label values", ["key"])
+for i in range(3000):  # ~100-byte keys: 300 KB, well past the first 64 KiB mapping
+    counter.labels(f"label-{i:04d}-" + "x" * 40).inc(i)
+latency = Histogram("latency_seconds", "latency", buckets=(0.1, 1.0))
+latency.observe(0.05)
+pid = os.fork()
+if pid == 0:
+    counter.labels("label-0001-" + "x" * 40).inc(1000)
+    latency.observe(0.5)
+    os._exit(0)
+os.waitpid(pid, 0)
+latency.observe(5)
+registry = CollectorRegistry()
+multiprocess.MultiProcessCollector(registry)
+print(registry.get_sample_value("many_total", {"key": "label-0001-" + "x" * 40}))
+print(registry.get_sample_value("many_total", {"key": "label-2999-" + "x" * 40}))
+print([registry.get_sample_value("latency_seconds_bucket", {"le": le}) for le in ("0.1", "1.0", "+Inf")])
+print(registry.get_sample_value("latency_seconds_sum"))
+print(len(os.listdir(os.environ["PROMETHEUS_MULTIPROC_DIR"])))
+""")
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics")}
+    (tmp_path / "metrics").mkdir()
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("\n")
+    assert float(lines[0]) == 1 + 1000 and float(lines[1]) == 2999
+    assert lines[2] == "[1.0, 2.0, 3.0]"  # cumulative: 0.05 | 0.5 (the child) | 5
+    assert float(lines[3]) == pytest.approx(5.55)
+    assert int(lines[4]) == 4  # counter and histogram files of the parent and of the child
+
+
 async def _sleepy_requests(port, count, seconds):
     async def one():
         reader, writer = await asyncio.open_connection("127.0.0.1", port)

@@ -1,0 +1,138 @@
+"""Prometheus metric values kept in per-process memory-mapped files, one store per update.
+
+prometheus-client's multi-process mode keeps every value in a file ``<kind>_<pid>.db`` of the metrics
+directory, which a scrape of any worker reads. Its own value class takes a lock, asks for the process
+id, looks the key up and packs two doubles on every update, and a request makes about ten updates.
+:class:`SlotValue` writes the same files in the same layout, but each value keeps a view of its own
+16 bytes of the mapping (value, timestamp), found once when the value is made, so an update is one
+addition under a lock. After a fork, the child's values move to files of its own pid.
+"""
+import json
+import mmap
+import os
+import struct
+import threading
+from typing import Dict, List, Optional
+
+_INITIAL_SIZE = 1 << 16
+_INT = struct.Struct("i")
+_lock = threading.Lock()  # one for all values: updates are a few instructions long
+
+
+def _directory() -> str:
+    return os.environ["PROMETHEUS_MULTIPROC_DIR"]
+
+
+class _ValueFile:
+    """One ``<kind>_<pid>.db``: a 4-byte count of the bytes used, 4 bytes of padding, then one entry per
+    value: the key's length (4 bytes), the UTF-8 key padded with spaces to a multiple of 8 (counting the
+    length), the value and a timestamp (two doubles). This is the layout prometheus-client reads."""
+
+    def __init__(self, path: str):
+        self._file = open(path, "a+b")
+        size = os.fstat(self._file.fileno()).st_size
+        if size == 0:
+            size = _INITIAL_SIZE
+            self._file.truncate(size)
+        self._size = size
+        # A larger file gets a new, larger mapping; the old ones stay open because values keep views of
+        # them, and every mapping of the file shows the same bytes.
+        self._maps: List[mmap.mmap] = [mmap.mmap(self._file.fileno(), size)]
+        self._positions: Dict[str, int] = {}
+        used = _INT.unpack_from(self._maps[-1], 0)[0]
+        if used == 0:
+            used = 8
+            self._maps[-1][0:4] = _INT.pack(used)
+        else:
+            self._read_positions(used)
+        self._used = used
+
+    def _read_positions(self, used: int) -> None:
+        data, pos = self._maps[-1], 8
+        while pos < used:
+            length = _INT.unpack_from(data, pos)[0]
+            key = bytes(data[pos + 4:pos + 4 + length]).decode("utf-8")
+            pos += 4 + length + (8 - (length + 4) % 8)
+            self._positions[key] = pos
+            pos += 16
+
+    def slot(self, key: str) -> memoryview:
+        """The (value, timestamp) doubles of ``key`` as a writable view; the entry is added when new."""
+        pos = self._positions.get(key)
+        if pos is None:
+            pos = self._positions[key] = self._add(key)
+        return memoryview(self._maps[-1])[pos:pos + 16].cast("d")
+
+    def _add(self, key: str) -> int:
+        encoded = key.encode("utf-8")
+        padded = encoded + b" " * (8 - (len(encoded) + 4) % 8)
+        entry = _INT.pack(len(encoded)) + padded + bytes(16)
+        while self._used + len(entry) > self._size:
+            self._size *= 2
+            self._file.truncate(self._size)
+            self._maps.append(mmap.mmap(self._file.fileno(), self._size))
+        data = self._maps[-1]
+        data[self._used:self._used + len(entry)] = entry
+        self._used += len(entry)
+        data[0:4] = _INT.pack(self._used)  # after the entry: a reader never sees a half-written one
+        return self._used - 16
+
+
+_files: Dict[str, _ValueFile] = {}
+_values: List["SlotValue"] = []
+
+
+def _file_of(kind: str) -> _ValueFile:
+    file = _files.get(kind)
+    if file is None:
+        file = _files[kind] = _ValueFile(os.path.join(_directory(), f"{kind}_{os.getpid()}.db"))
+    return file
+
+
+class SlotValue:
+    """A metric value for prometheus-client (its ``values.ValueClass``) in multi-process mode."""
+
+    _multiprocess = True
+
+    def __init__(self, typ: str, metric_name: str, name: str, labelnames, labelvalues, help_text: str,
+                 multiprocess_mode: str = "", **kwargs):
+        self._kind = f"gauge_{multiprocess_mode}" if typ == "gauge" else typ
+        # the key prometheus-client writes and reads: labels in a fixed order
+        self._key = json.dumps([metric_name, name, dict(zip(labelnames, labelvalues)), help_text], sort_keys=True)
+        with _lock:
+            self._slot = _file_of(self._kind).slot(self._key)
+            _values.append(self)
+
+    def inc(self, amount: float) -> None:
+        """Add ``amount``."""
+        with _lock:
+            self._slot[0] += amount
+
+    def set(self, value: float, timestamp: Optional[float] = None) -> None:
+        """Set the value (and its timestamp)."""
+        with _lock:
+            self._slot[0] = value
+            self._slot[1] = timestamp or 0.0
+
+    def get(self) -> float:
+        """The current value."""
+        return self._slot[0]
+
+    def set_exemplar(self, exemplar) -> None:
+        """Exemplars are not kept in multi-process mode (as in prometheus-client)."""
+
+    def get_exemplar(self) -> None:
+        """Exemplars are not kept in multi-process mode."""
+        return None
+
+
+def _move_to_own_files() -> None:
+    """In a forked child: leave the parent's files (their counts stay the parent's) for this pid's."""
+    global _lock
+    _lock = threading.Lock()
+    _files.clear()
+    for value in _values:
+        value._slot = _file_of(value._kind).slot(value._key)
+
+
+os.register_at_fork(after_in_child=_move_to_own_files)
