@@ -67,15 +67,22 @@ async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
+def model_error(model_name: str, e: BaseException) -> Optional[ModelError]:
+    """A ModelError naming the model for an exception of the model's own code; None for typed errors
+    (InvalidInput, ...) and for cancellations, which pass as they are."""
+    return ModelError(model_name, e) if isinstance(e, Exception) and is_untyped(e) else None
+
+
 @contextmanager
 def naming_the_model(model_name: str):
     """Turn an exception of the model's own code into a ModelError naming the model (typed errors pass)."""
     try:
         yield
     except Exception as e:
-        if is_untyped(e):
-            raise ModelError(model_name, e) from e
-        raise
+        error = model_error(model_name, e)
+        if error is None:
+            raise
+        raise error from e
 
 
 async def _single(value: Any) -> AsyncIterator[Any]:
@@ -221,48 +228,53 @@ class DataPlane:
         return statistics.statistics([name] if name else sorted(self.list_models()), version)
 
     # --- inference ----------------------------------------------------------------------------------
-    async def infer(self, model_name: str, request: Any,
-                    headers: Optional[Dict[str, str]] = None) -> Tuple[Any, Dict[str, str]]:
+    async def infer(self, model_name: str, request: Any, headers: Optional[Dict[str, str]] = None,
+                    model: Optional[InferenceModel] = None) -> Tuple[Any, Dict[str, str]]:
         """Run a predict call: ``request`` is a dict (v1) or an InferRequest (v2).
 
         Returns ``(response, response_headers)``. For v2, the response is an InferResponse carrying the
-        request's output choices, or whatever dict/bytes the model returned.
+        request's output choices, or whatever dict/bytes the model returned. ``model`` is what
+        :meth:`ready_model` returned for this call, when the caller has asked already.
         """
-        return await self._call(model_name, request, headers, InferenceVerb.PREDICT)
+        return await self._call(model_name, request, headers, InferenceVerb.PREDICT, model)
 
-    async def explain(self, model_name: str, request: Any,
-                      headers: Optional[Dict[str, str]] = None) -> Tuple[Any, Dict[str, str]]:
+    async def explain(self, model_name: str, request: Any, headers: Optional[Dict[str, str]] = None,
+                      model: Optional[InferenceModel] = None) -> Tuple[Any, Dict[str, str]]:
         """Run an explain call; same shapes as :meth:`infer`."""
-        return await self._call(model_name, request, headers, InferenceVerb.EXPLAIN)
+        return await self._call(model_name, request, headers, InferenceVerb.EXPLAIN, model)
 
     async def _call(self, model_name: str, request: Any, headers: Optional[Dict[str, str]],
-                    verb: InferenceVerb) -> Tuple[Any, Dict[str, str]]:
-        model = await self.ready_model(model_name)
+                    verb: InferenceVerb, model: Optional[InferenceModel]) -> Tuple[Any, Dict[str, str]]:
+        if model is None:
+            model = await self.ready_model(model_name)
         headers = {} if headers is None else headers
         timeout, source = self.request_timeout_seconds, "--request_timeout_seconds"
-        if isinstance(request, InferRequest) and request.parameters:
+        v2 = isinstance(request, InferRequest)
+        if v2 and request.parameters:
             asked = _timeout_parameter(request)
             if asked is not None and (timeout is None or asked < timeout):
                 timeout, source = asked, "the request's timeout parameter"
-        shm = isinstance(request, InferRequest) and uses_shared_memory(request)
+        shm = v2 and uses_shared_memory(request)
         if shm:
             self.shared_memory.read_inputs(request)
         self.begin_request(model_name)
         start = time.perf_counter_ns()
         try:
-            with naming_the_model(model_name):
-                if timeout is None:  # the common case: no deadline, no timer
-                    response, response_headers, timings = await self._run_model(model, request, headers, verb)
-                else:
-                    response, response_headers, timings = await self._run_with_deadline(
-                        model, model_name, request, headers, verb, timeout, source)
-        except BaseException:
+            if timeout is None:  # the common case: no deadline, no timer
+                response, response_headers, timings = await self._run_model(model, request, headers, verb)
+            else:
+                response, response_headers, timings = await self._run_with_deadline(
+                    model, model_name, request, headers, verb, timeout, source)
+        except BaseException as e:
             statistics.record_failure(model_name, time.perf_counter_ns() - start)
-            raise
+            error = model_error(model_name, e)
+            if error is None:
+                raise
+            raise error from e
         finally:
             self.end_request(model_name)
         self._record(model_name, headers, timings, time.perf_counter_ns() - start)
-        if isinstance(request, InferRequest):
+        if v2:
             response = self._as_v2_response(model_name, request, response)
             if shm and isinstance(response, InferResponse):
                 self.shared_memory.write_outputs(request, response)

@@ -10,6 +10,7 @@ import time
 from abc import ABC, abstractmethod
 from contextlib import aclosing
 from enum import Enum
+from types import FunctionType, GeneratorType
 from typing import Any, AsyncIterator, Awaitable, Dict, List, Optional, Tuple, Union
 
 from . import context, statistics
@@ -88,15 +89,35 @@ class InferenceModel(BaseKServeModel):
         return []
 
 
+_stage_kinds: Dict[Any, str] = {}
+
+
+def stage_kind(fn: Any) -> str:
+    """"asyncgen", "async" or "sync": how a stage function runs. Remembered per function, because a
+    bound method is a new object on every access and inspect's checks cost more than the lookup."""
+    key = getattr(fn, "__func__", fn)
+    kind = _stage_kinds.get(key)
+    if kind is None:
+        kind = "asyncgen" if inspect.isasyncgenfunction(fn) else "async" if inspect.iscoroutinefunction(fn) \
+            else "sync"
+        if isinstance(key, FunctionType):  # other callables (partials, objects) may be made per call
+            _stage_kinds[key] = kind
+    return kind
+
+
+def _is_awaitable(value: Any) -> bool:
+    return hasattr(type(value), "__await__") or (type(value) is GeneratorType and inspect.isawaitable(value))
+
+
 async def call_stage(fn, *args) -> Any:
     """Run a user stage: ``async def`` on the loop, plain ``def`` on a model thread (or on the loop once
     it has proved quick: see ``executor.run_stage``)."""
-    if inspect.iscoroutinefunction(fn):
+    if stage_kind(fn) == "async":
         return await fn(*args)
     result = run_stage(fn, *args)
     if asyncio.isfuture(result):
         result = await result
-    if inspect.isawaitable(result):
+    if _is_awaitable(result):
         result = await result
     return result
 
@@ -165,7 +186,9 @@ class Model(InferenceModel):
         timings: Dict[str, float] = {}
 
         start = time.perf_counter()
-        payload = await self._preprocess(body, headers)
+        cls = type(self)
+        # the stages a model does not override are skipped here, without a coroutine each
+        payload = self.validate(body) if cls.preprocess is Model.preprocess else await self._preprocess(body, headers)
         mid = time.perf_counter()
         timings["preprocess_ms"] = (mid - start) * 1000
         if verb is InferenceVerb.PREDICT and self.streams_responses():
@@ -185,7 +208,8 @@ class Model(InferenceModel):
             statistics.record_execution(self.name)  # the batcher counts the calls it makes itself
         end = time.perf_counter()
         timings[stage] = (end - mid) * 1000
-        result = await self._postprocess(result, headers, extra)
+        if cls.postprocess is not Model.postprocess:
+            result = await call_stage(self.postprocess, result, headers, *extra)
         timings["postprocess_ms"] = (time.perf_counter() - end) * 1000
         return result, response_headers, timings
 
@@ -215,7 +239,7 @@ class Model(InferenceModel):
     # --- streaming ----------------------------------------------------------------------------------
     def streams_responses(self) -> bool:
         """Whether ``predict`` is an async generator (one request in, many responses out)."""
-        return inspect.isasyncgenfunction(self.predict)
+        return stage_kind(self.predict) == "asyncgen"
 
     def streams_requests(self) -> bool:
         """Whether the model overrides ``predict_stream`` (it consumes a stream of requests)."""
@@ -246,9 +270,10 @@ class Model(InferenceModel):
         start = time.perf_counter()
         payload = await self._preprocess(body, headers)
         timings["preprocess_ms"] = (time.perf_counter() - start) * 1000
+        postprocessed = type(self).postprocess is not Model.postprocess
         async with aclosing(self._predict_items(payload, headers, extra)) as items:
             async for item in items:
-                yield await self._postprocess(item, headers, extra)
+                yield await self._postprocess(item, headers, extra) if postprocessed else item
         timings["predict_ms"] = (time.perf_counter() - start) * 1000 - timings["preprocess_ms"]
 
     async def stream_in(self, bodies: AsyncIterator[Any], headers: Dict[str, str]) -> AsyncIterator[Any]:

@@ -66,13 +66,14 @@ def request_headers(context) -> Dict[str, str]:
     return {key.lower(): value for key, value in (context.invocation_metadata() or ())}
 
 
-def to_infer_response_message(response: Any, model_name: str = ""):
-    """Whatever the data plane returned for a v2 call, as a ``ModelInferResponse``."""
+def to_infer_response_message(response: Any, model_name: str = "", msg=None):
+    """Whatever the data plane returned for a v2 call, as a ``ModelInferResponse`` (written into ``msg``
+    when given)."""
     try:
         if isinstance(response, InferResponse):
-            return infer_response_to_grpc(response)
+            return infer_response_to_grpc(response, msg)
         if isinstance(response, dict):  # an InvalidInput here is the model's: it built the dict
-            return infer_response_to_grpc(decode_infer_response(response, b"", None))
+            return infer_response_to_grpc(decode_infer_response(response, b"", None), msg)
     except InvalidInput:
         if isinstance(response, InferResponse):
             raise  # e.g. a requested output the model does not have: the client's
@@ -126,20 +127,17 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         return pb.ModelMetadataResponse(name=meta["name"], versions=meta["versions"], platform=meta["platform"],
                                         inputs=tensors(meta["inputs"]), outputs=tensors(meta["outputs"]))
 
-    async def _infer(self, request, context):
-        await self.dataplane.ready_model(request.model_name)
+    @answers_errors
+    async def ModelInfer(self, request, context):
+        model = await self.dataplane.ready_model(request.model_name)  # NOT_FOUND before decoding the tensors
         infer_request = infer_request_from_grpc(request)
         headers = request_headers(context)
         request_id = self.dataplane.request_id(headers)
-        response, response_headers = await self.dataplane.infer(request.model_name, infer_request, headers)
+        response, response_headers = await self.dataplane.infer(request.model_name, infer_request, headers, model)
         trailing = [(k.lower(), str(v)) for k, v in response_headers.items()]
         trailing.append(("x-request-id", request_id))
         context.set_trailing_metadata(tuple(trailing))
         return to_infer_response_message(response, request.model_name)
-
-    @answers_errors
-    async def ModelInfer(self, request, context):
-        return await self._infer(request, context)
 
     async def ModelStreamInfer(self, request_iterator, context):
         """Answer each request of the call in order, all of a streaming model's responses tagged with the
@@ -169,8 +167,9 @@ class InferenceServicer(GRPCInferenceServiceServicer):
             items = self.dataplane.stream(request.model_name, infer_request_from_grpc(request), headers,
                                           protocol="grpc")
             async for item in items:
-                yield pb.ModelStreamInferResponse(
-                    infer_response=_tagged(to_infer_response_message(item, request.model_name), request))
+                message = pb.ModelStreamInferResponse()  # filled in place: no copy of each response
+                _tagged(to_infer_response_message(item, request.model_name, message.infer_response), request)
+                yield message
         except Exception as e:
             code = _status(e)
             if code is grpc.StatusCode.INTERNAL:
@@ -189,8 +188,9 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
         try:
             async for item in self.dataplane.stream_in(first.model_name, decoded(), headers, protocol="grpc"):
-                yield pb.ModelStreamInferResponse(
-                    infer_response=_tagged(to_infer_response_message(item, first.model_name), first))
+                message = pb.ModelStreamInferResponse()
+                _tagged(to_infer_response_message(item, first.model_name, message.infer_response), first)
+                yield message
         except Exception as e:
             yield pb.ModelStreamInferResponse(error_message=_message(e))
 

@@ -38,7 +38,7 @@ def cloudevent_reply(response: Any, event: Tuple[Any, Dict[str, Any], str], mode
 async def infer_v2(dataplane: DataPlane, name: str, version: Optional[str], body: bytes,
                    headers: HTTPHeaders) -> Reply:
     """Open Inference Protocol ``infer``: a JSON, binary-extension or CloudEvent request."""
-    await dataplane.ready_model(name)
+    model = await dataplane.ready_model(name)  # 404 before the body is decoded
     event = decode_cloudevent(body, headers)
     if event is None:
         request = decode_infer_request(body, parse_json_length(headers.get(BINARY_HEADER), len(body)), name)
@@ -47,7 +47,7 @@ async def infer_v2(dataplane: DataPlane, name: str, version: Optional[str], body
     if not isinstance(request, bytes):
         request.model_version = version
     call_headers, reply_headers = model_headers(dataplane, headers)
-    response, response_headers = await dataplane.infer(name, request, call_headers)
+    response, response_headers = await dataplane.infer(name, request, call_headers, model)
     reply_headers.update(response_headers)
     if event is not None:
         return cloudevent_reply(response, event, name, reply_headers)
@@ -69,7 +69,7 @@ async def call_v1(dataplane: DataPlane, verb: str, name: str, body: bytes, heade
 
     ``event`` is the request's decoded CloudEvent when the caller has decoded it already.
     """
-    await dataplane.ready_model(name)
+    model = await dataplane.ready_model(name)  # 404 before the body is decoded
     if not body:
         raise InvalidInput("the request body is empty")
     if event is None:
@@ -77,7 +77,7 @@ async def call_v1(dataplane: DataPlane, verb: str, name: str, body: bytes, heade
     request = loads_json(body) if event is None else event[0]
     call = dataplane.infer if verb == "predict" else dataplane.explain
     call_headers, reply_headers = model_headers(dataplane, headers)
-    response, response_headers = await call(name, request, call_headers)
+    response, response_headers = await call(name, request, call_headers, model)
     reply_headers.update(response_headers)
     if event is not None:
         return cloudevent_reply(response, event, name, reply_headers)

@@ -24,10 +24,13 @@ MAX_ELEMENTS = 2 ** 63 - 1
 
 
 def _check_shape(name: str, shape: Any) -> List[int]:
-    if not isinstance(shape, (list, tuple)) or not all(type(d) is int for d in shape):
+    if not isinstance(shape, (list, tuple)):
         raise InvalidInput(f"input '{name}': shape must be a list of integers, got {_short(shape)}")
-    if any(d < 0 for d in shape):
-        raise InvalidInput(f"input '{name}': shape {_short(list(shape))} has a negative dimension")
+    for d in shape:  # a loop, not all()/any() over generators: shapes are short and this runs per tensor
+        if type(d) is not int:
+            raise InvalidInput(f"input '{name}': shape must be a list of integers, got {_short(shape)}")
+        if d < 0:
+            raise InvalidInput(f"input '{name}': shape {_short(list(shape))} has a negative dimension")
     if len(shape) > MAX_DIMS:
         raise InvalidInput(f"input '{name}': shape has {len(shape)} dimensions; at most {MAX_DIMS} are supported")
     if prod(shape) > MAX_ELEMENTS:
@@ -226,8 +229,9 @@ class Tensor:
         if self._datatype not in DATATYPES:
             return f"datatype {self._datatype!r} is not a v2 datatype"
         shape = self._shape
-        if not all(type(d) is int and d >= 0 for d in shape):
-            return f"shape {_short(shape)} is not a list of non-negative integers"
+        for d in shape:
+            if type(d) is not int or d < 0:
+                return f"shape {_short(shape)} is not a list of non-negative integers"
         count = prod(shape)
         if self._array is not None:
             if not isinstance(self._array, np.ndarray):

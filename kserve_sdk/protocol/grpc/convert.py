@@ -108,7 +108,7 @@ def _tensors_from_grpc(entries, raws, cls, kind: str) -> List[Tensor]:
             raise InvalidInput(f"duplicate {kind} name '{entry.name}'")
         seen.add(entry.name)
         tensor = cls(entry.name, shape, entry.datatype, parameters=parameters_to_dict(entry.parameters))
-        flat = _typed_contents(tensor, entry.contents)
+        flat = _typed_contents(tensor, entry.contents) if entry.HasField("contents") else None
         if in_shared_memory(tensor):
             if raws and aligned:
                 next_raw()  # the empty placeholder of a tensor in shared memory
@@ -170,20 +170,22 @@ def _tensor_message(msg, tensor: Tensor, raw: bool, raws: List[bytes]) -> None:
         getattr(msg.contents, GRPC_CONTENT_DATATYPE_MAPPINGS[tensor.datatype]).extend(_typed_values(tensor))
 
 
-def _needs_raw(tensors) -> bool:
-    return any(t.datatype not in GRPC_CONTENT_DATATYPE_MAPPINGS for t in tensors)
-
-
-def infer_response_to_grpc(response: InferResponse):
-    """An InferResponse as a ``ModelInferResponse``.
+def infer_response_to_grpc(response: InferResponse, msg=None):
+    """An InferResponse as a ``ModelInferResponse``, written into ``msg`` when given (e.g. the
+    ``infer_response`` of a stream message, which would otherwise be copied in).
 
     Outputs go as ``raw_output_contents`` when the request used raw inputs or asked for binary output
     (all of them: the protocol does not mix), or when a datatype has no typed field (FP16, BF16).
     """
     pairs = response.selected_outputs()
-    raw = any(binary for _, binary in pairs) or _needs_raw(t for t, _ in pairs)
-    msg = pb.ModelInferResponse(model_name=response.model_name or "", model_version=response.model_version or "",
-                                id=response.id or "")
+    raw = False
+    for tensor, binary in pairs:
+        if binary or tensor.datatype not in GRPC_CONTENT_DATATYPE_MAPPINGS:
+            raw = True
+            break
+    if msg is None:
+        msg = pb.ModelInferResponse()
+    msg.model_name, msg.model_version, msg.id = response.model_name or "", response.model_version or "", response.id or ""
     fill_parameters(msg.parameters, response.parameters)
     raws: List[bytes] = []
     for tensor, _ in pairs:
