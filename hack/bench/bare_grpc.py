@@ -5,6 +5,7 @@ Implements only what the benchmark calls on ``inference.GRPCInferenceService``
 
   * ModelInfer:  one input in ``raw_input_contents``; output-0 = input + 1, same
     dtype and shape, returned in ``raw_output_contents`` (what tritonclient reads).
+  * ModelStreamInfer: the streaming counter of stream_bench.py ([start, count] -> count messages).
   * ServerLive / ServerReady / ModelReady: always true (readiness probes).
 
 No logging, no metrics, no validation beyond what is needed to answer correctly.
@@ -61,6 +62,22 @@ class AddOne(service_pb2_grpc.GRPCInferenceServiceServicer):
                 name=OUTPUT, datatype=inp.datatype, shape=inp.shape)],
             raw_output_contents=[y.tobytes()],
         )
+
+
+    async def ModelStreamInfer(self, request_iterator, context):
+        """The streaming ceiling (stream_bench.py): an INT32 input [start, count] is answered with `count`
+        messages, the i-th holding INT32 output "y" = [start + i] as raw content; each message is yielded
+        on its own, as a streaming server must."""
+        async for request in request_iterator:
+            if len(request.raw_input_contents) != 1:
+                yield service_pb2.ModelStreamInferResponse(error_message="expected one raw INT32 input")
+                continue
+            start, count = np.frombuffer(request.raw_input_contents[0], dtype="<i4")[:2].tolist()
+            for i in range(count):
+                yield service_pb2.ModelStreamInferResponse(infer_response=service_pb2.ModelInferResponse(
+                    model_name=request.model_name, id=request.id,
+                    outputs=[service_pb2.ModelInferResponse.InferOutputTensor(name="y", datatype="INT32", shape=[1])],
+                    raw_output_contents=[(start + i).to_bytes(4, "little", signed=True)]))
 
 
 async def serve(host, port):

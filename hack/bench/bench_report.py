@@ -43,6 +43,8 @@ def ratio_checks(results):
                 out.append(verdict("×KServe (1 MiB binary)", f"{group} {label(c)}", c["ratio"].get("kserve"),
                                    ">=", 20))
     for c in cells(results, "stream", "ours"):
+        if c["ratio"].get("bare") is not None:  # the gRPC stream cells have a ceiling
+            out.append(verdict("×ceiling", f"stream {label(c)}", c["ratio"]["bare"], ">=", 0.8))
         out.append(verdict("×MLServer (streaming)", f"stream {label(c)}", c["ratio"].get("mlserver"), ">=", 3))
     return out
 

@@ -294,7 +294,7 @@ def venv_version(python, dist):
 
 
 def build_targets(names, args, workdir, proto, unsupported=None, *, model=MODEL,
-                  model_script="addone_model.py", mlserver_dir="mlserver_addone"):
+                  model_script="addone_model.py", mlserver_dir="mlserver_addone", bare_proto=None):
     """proto 'http', 'grpc' or 'both': which port is benched (target.port; 'both' benches
     target.http_port and target.grpc_port, port is the HTTP one), whether gRPC is enabled and how
     readiness is probed.
@@ -313,7 +313,7 @@ def build_targets(names, args, workdir, proto, unsupported=None, *, model=MODEL,
         t = Target(name, port=grpc_port if grpc else http_port, http_port=http_port, grpc_port=grpc_port,
                    unsupported=dict(unsupported.get(name, {})))
         if name == "bare":
-            if grpc:
+            if (bare_proto or proto) == "grpc":  # bare_proto: the one protocol the bare servers offer here
                 t.cmd = [args.python, os.path.join(HERE, "bare_grpc.py"), "--host", HOST,
                          "--port", str(grpc_port)]
                 t.desc = "grpc.aio + tritonclient's service_pb2 + numpy, 1 process"
@@ -321,7 +321,7 @@ def build_targets(names, args, workdir, proto, unsupported=None, *, model=MODEL,
                 t.cmd = [args.python, os.path.join(HERE, "bare_tornado.py"), "--host", HOST,
                          "--port", str(http_port)]
                 t.desc = "tornado+orjson+numpy, 1 process"
-            t.ready = grpc_ready if grpc else http_ready("/v2/health/ready")
+            t.ready = grpc_ready if (bare_proto or proto) == "grpc" else http_ready("/v2/health/ready")
         elif name in ("ours", "kserve"):
             model_args = [os.path.join(HERE, model_script), "--model_name", model,
                           "--http_port", str(http_port), "--grpc_port", str(grpc_port),
@@ -403,6 +403,7 @@ class Row:
     mem: float = None
     cpu_ms: float = None  # server CPU (utime+stime, process tree) per answer over the timed window
     note: str = ""        # n/a reason or error text
+    round_rps: list = field(default_factory=list)  # req/s of every round (--rounds), this row's among them
 
 
 def precheck(target, case, payload, check):
@@ -430,7 +431,7 @@ def timed_load(args, target, case, payload, load):
     return res, err, cpu_ms
 
 
-def bench_one(args, target, case, payload, hwm_reset_ok, check, load):
+def bench_one(args, target, case, payload, hwm_reset_ok, check, load, warm_up=True):
     """check(target, case, payload) -> None | str (or raises NotApplicable);
     load(args, target, case, payload, seconds) -> (LoadResult | None, error str)."""
     row = Row(target.name, case)
@@ -439,7 +440,7 @@ def bench_one(args, target, case, payload, hwm_reset_ok, check, load):
         return row
     if hwm_reset_ok:
         reset_hwm(target.proc.pid)
-    if args.warmup > 0:
+    if warm_up and args.warmup > 0:
         load(args, target, case, payload, args.warmup)
         wait_idle(target.proc.pid)
     res, err, row.cpu_ms = timed_load(args, target, case, payload, load)
@@ -589,15 +590,44 @@ def start_targets(targets, args, workdir):
 
 
 def run_cases(args, bench, targets, cases, payloads, hwm_ok):
-    """Every (case, target), case-major so drift hits every target alike. Returns the rows."""
+    """Every (case, target), case-major so drift hits every target alike. With --rounds R every case runs
+    R rounds, each measuring all targets in turn (warm-up in the first only), and a target's row is its
+    median round by req/s: a few seconds of a busy machine then move one round, not the result.
+    Returns the rows."""
     rows = {}
+    rounds = max(1, getattr(args, "rounds", 1))
     for case in cases:
+        measured = {t.name: [] for t in targets}
+        for r in range(rounds):
+            for t in targets:
+                row = bench_one(args, t, case, payloads[case.name], hwm_ok, bench.check, bench.load,
+                                warm_up=r == 0)
+                measured[t.name].append(row)
+                shown = f"{row.rps:.1f} {bench.headers[0]}" if row.rps is not None else row.note
+                label = f" round {r + 1}/{rounds}" if rounds > 1 else ""
+                print(f"  .. {case.key:<20} {t.name:<9} {shown}{label}", flush=True)
         for t in targets:
-            row = bench_one(args, t, case, payloads[case.name], hwm_ok, bench.check, bench.load)
-            rows[(t.name, case.key)] = row
-            shown = f"{row.rps:.1f} {bench.headers[0]}" if row.rps is not None else row.note
-            print(f"  .. {case.key:<20} {t.name:<9} {shown}", flush=True)
+            rows[(t.name, case.key)] = median_round(measured[t.name])
     return rows
+
+
+def median_round(rounds):
+    """The round with the median req/s (the lower middle one of an even count), with the highest peak
+    memory and all rounds' errors; every round's req/s is kept in ``round_rps``. Rounds without a rate
+    (an error, n/a) count only when no round has one."""
+    rated = sorted((r for r in rounds if r.rps is not None), key=lambda r: r.rps)
+    if not rated:
+        return rounds[0]
+    row = rated[(len(rated) - 1) // 2]
+    mems = [r.mem for r in rounds if r.mem is not None]
+    row.mem = max(mems) if mems else None
+    errors = {}
+    for r in rounds:
+        for k, v in r.errors.items():
+            errors[k] = errors.get(k, 0) + v
+    row.errors = errors
+    row.round_rps = [r.rps for r in rounds]
+    return row
 
 
 def _int_if_whole(v):
@@ -658,6 +688,8 @@ def arg_parser(description, cases):
                          f"(default: all of {', '.join(c.key for c in cases)})")
     ap.add_argument("--duration", type=float, default=8, help="timed seconds per case (default 8)")
     ap.add_argument("--warmup", type=float, default=1, help="warm-up seconds per case (default 1)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="rounds per case, all targets in turn in each; a row is its median round (default 1)")
     ap.add_argument("--ready-timeout", type=float, default=90, help="server start timeout in s (default 90)")
     ap.add_argument("--venvs", default=os.environ.get("BENCH_VENVS", "/tmp/bench-venvs"),
                     help="where setup_peers.sh put the peer venvs")

@@ -39,8 +39,8 @@ from benchlib import ALL_TARGETS, HERE, REPO
 
 GROUPS = ["http", "grpc", "stream", "batch", "workers", "startup", "shm"]
 REFS = {"http": ["bare", "kserve", "mlserver"], "grpc": ["bare", "kserve", "mlserver"],
-        "stream": ["mlserver"], "batch": ["batch-off"], "workers": ["ours-w1"], "shm": []}
-QUICK = {"duration": 1, "warmup": 0, "starts": 1, "settle": 0.5, "shm_max_requests": 20}
+        "stream": ["bare", "mlserver"], "batch": ["batch-off"], "workers": ["ours-w1"], "shm": []}
+QUICK = {"duration": 1, "warmup": 0, "rounds": 1, "starts": 1, "settle": 0.5, "shm_max_requests": 20}
 
 
 # --------------------------------------------------------------------------- arguments
@@ -49,7 +49,9 @@ def parse_args(argv=None):
     """run_all's command line; --quick replaces durations, starts and bounds by QUICK's."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(HERE, "results"), help="output directory")
-    ap.add_argument("--duration", type=float, default=5, help="timed seconds per cell (default 5)")
+    ap.add_argument("--duration", type=float, default=3, help="timed seconds per cell and round (default 3)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds per cell, targets alternating in each; the "
+                    "table keeps each target's median round (default 3)")
     ap.add_argument("--warmup", type=float, default=1, help="warm-up seconds per cell (default 1)")
     ap.add_argument("--targets", default=",".join(ALL_TARGETS), help="comma list (default: all four)")
     ap.add_argument("--only", default="", help=f"comma list of groups from {','.join(GROUPS)} (default all)")
@@ -93,7 +95,7 @@ def bench_args(module, opts, targets, cases=None):
         if opts.cases and not cases:
             raise NoCase(f"--cases selects none of {', '.join(c.key for c in module.CASES)}")
     args = module.parser().parse_args([])
-    args.duration, args.warmup = opts.duration, opts.warmup
+    args.duration, args.warmup, args.rounds = opts.duration, opts.warmup, opts.rounds
     args.targets, args.cases = ",".join(targets), cases
     args.ready_timeout, args.venvs, args.python = opts.ready_timeout, opts.venvs, opts.python
     args.keep_workdir = opts.keep_workdir
@@ -106,7 +108,7 @@ def cell(row, rows, refs):
     """One Row as data, with its req/s ratio to each reference target of the same case."""
     out = {"target": row.target, "case": row.case.name, "conc": row.case.conc, "rps": row.rps,
            "p50_ms": row.p50, "p99_ms": row.p99, "cpu_ms_per_req": row.cpu_ms, "peak_mib": row.mem,
-           "errors": row.errors, "note": row.note, "ratio": {}}
+           "errors": row.errors, "note": row.note, "round_rps": row.round_rps, "ratio": {}}
     for ref in refs:
         base = rows.get((ref, row.case.key))
         if ref != row.target and base is not None and base.rps and row.rps:
@@ -149,7 +151,7 @@ def group_grpc(opts, targets):
 
 
 def group_stream(opts, targets):
-    """stream_bench's cases for ours and mlserver."""
+    """stream_bench's cases for bare (gRPC only), ours and mlserver."""
     args = bench_args(stream_bench, opts, [t for t in targets if t in stream_bench.TARGETS])
     return run_load_group("stream", args, stream_bench.spec(args))
 

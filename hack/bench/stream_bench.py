@@ -1,13 +1,14 @@
-"""Streamed responses per second, REST SSE and gRPC, kserve_sdk vs MLServer 1.7.1.
+"""Streamed responses per second, REST SSE and gRPC, kserve_sdk vs MLServer 1.7.1 and a bare grpc.aio server.
 
-    .venv/bin/python hack/bench/stream_bench.py [--targets ours,mlserver] \
+    .venv/bin/python hack/bench/stream_bench.py [--targets bare,ours,mlserver] \
         [--cases sse-stream@c1,...] [--duration 8] [--count 1000]
 
 Targets (free 127.0.0.1 ports, HTTP and gRPC both on, stopped by process group at exit):
+  bare      hack/bench/bare_grpc.py: ModelStreamInfer building and yielding each message, no SDK (gRPC only)
   ours      hack/bench/stream_model.py (kserve_sdk): an async-generator predict
   mlserver  mlserver start <copy of hack/bench/mlserver_stream> (MLModel.predict_stream),
             parallel_workers 0, from the venv of setup_peers.sh
-Both answer the INT32 tensor [start, count] with `count` responses y = start, start + 1, ... (no
+All answer the INT32 tensor [start, count] with `count` responses y = start, start + 1, ... (no
 sleeps). The load is stream_client.py in its own process: `conc` asyncio workers opening one stream
 after another for --duration s. Every stream must deliver exactly --count responses with the right
 values; only those count. See README.md.
@@ -23,7 +24,9 @@ import benchlib
 from benchlib import HERE, HOST, Case, LoadResult
 
 MODEL = "stream"
-TARGETS = ["ours", "mlserver"]
+TARGETS = ["bare", "ours", "mlserver"]
+#: The bare server streams over gRPC only: an SSE ceiling would measure how often it chose to flush.
+BARE_SSE = "the ceiling is measured on gRPC only (an SSE one would measure its own flush policy)"
 COUNT = 1000
 CASES = [
     Case("sse-stream", 1, "sse", COUNT),
@@ -37,8 +40,9 @@ def make_targets(names, args, workdir):
     bad = [n for n in names if n not in TARGETS]
     if bad:
         raise SystemExit(f"stream_bench serves only {', '.join(TARGETS)}, not {', '.join(bad)}")
-    return benchlib.build_targets(names, args, workdir, "both", model=MODEL,
-                                  model_script="stream_model.py", mlserver_dir="mlserver_stream")
+    return benchlib.build_targets(names, args, workdir, "both", {"bare": {"sse-stream": BARE_SSE}},
+                                  model=MODEL, model_script="stream_model.py", mlserver_dir="mlserver_stream",
+                                  bare_proto="grpc")
 
 
 def run_client(args, target, case, *extra, timeout):

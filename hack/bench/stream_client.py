@@ -127,7 +127,7 @@ class GRPCStreams:
         self.pb, self.model = service_pb2, model
         self.channel = grpc.aio.insecure_channel(f"{host}:{port}")
         self.call = self.channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
-        self.wrapped = server == "ours"          # ours: ModelStreamInferResponse; MLServer: ModelInferResponse
+        self.wrapped = server != "mlserver"      # ours, bare: ModelStreamInferResponse; MLServer: ModelInferResponse
 
     async def close(self):
         await self.channel.close()
@@ -217,7 +217,7 @@ async def run(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--proto", choices=["sse", "grpc"], required=True)
-    ap.add_argument("--server", choices=["ours", "mlserver"], required=True,
+    ap.add_argument("--server", choices=["bare", "ours", "mlserver"], required=True,
                     help="which gRPC answer message to expect")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
