@@ -42,6 +42,7 @@ class Case:
     conc: int          # concurrent requests in flight
     proto: str         # bench specific: v1 | v2json | v2bin | grpc
     n: int             # FP32 elements, shape [1, n]
+    min_seconds: float = 0  # a timed window at least this long, whatever --duration (slow cells)
 
     @property
     def key(self):
@@ -425,7 +426,7 @@ def timed_load(args, target, case, payload, load):
     """The timed load run: (LoadResult | None, error, server CPU ms per answer | None)."""
     hz = os.sysconf("SC_CLK_TCK")
     ticks0 = cpu_ticks(target.proc.pid)
-    res, err = load(args, target, case, payload, args.duration)
+    res, err = load(args, target, case, payload, max(args.duration, case.min_seconds))
     ticks = cpu_ticks(target.proc.pid) - ticks0
     cpu_ms = ticks * 1000 / hz / res.total if res is not None and res.total else None
     return res, err, cpu_ms
@@ -453,7 +454,7 @@ def bench_one(args, target, case, payload, hwm_reset_ok, check, load, warm_up=Tr
     nerr = sum(res.errors.values())
     errs = ", ".join(f"{k} {v}" for k, v in res.errors.items())
     if res.total == 0:
-        row.note = f"TOO SLOW: no response completed within {args.duration}s " \
+        row.note = f"TOO SLOW: no response completed within {max(args.duration, case.min_seconds)}s " \
                    f"({errs}); use a longer --duration"
         return row
     if res.ok <= 0:
