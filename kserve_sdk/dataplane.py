@@ -85,6 +85,18 @@ def naming_the_model(model_name: str):
         raise error from e
 
 
+_pipeline_classes: Dict[type, bool] = {}
+
+
+def _is_pipeline_model(cls: type) -> bool:
+    """Whether a model class is a Model (whose run_pipeline gives stage timings); remembered per class,
+    because isinstance against an abstract base class is slow."""
+    known = _pipeline_classes.get(cls)
+    if known is None:
+        known = _pipeline_classes[cls] = issubclass(cls, Model)
+    return known
+
+
 async def _single(value: Any) -> AsyncIterator[Any]:
     yield value
 
@@ -296,7 +308,7 @@ class DataPlane:
     @staticmethod
     async def _run_model(model: Any, request: Any, headers: Dict[str, str],
                          verb: InferenceVerb) -> Tuple[Any, Dict[str, str], Dict[str, float]]:
-        if isinstance(model, Model):
+        if _is_pipeline_model(type(model)):
             return await model.run_pipeline(request, headers, verb)
         response, response_headers = await _maybe_await(model(request, headers=headers, verb=verb))
         statistics.record_execution(model.name)

@@ -135,8 +135,15 @@ def observe_stages(model_name: str, timings: Dict[str, float]) -> None:
     """Record a pipeline's stage durations (milliseconds) into KServe's four histograms."""
     if _m is None:
         return
+    writers = _stage_writers.get(model_name)
+    if writers is None:
+        writers = _stage_writers[model_name] = {key: _child(metric, model_name) for key, metric in _m.stages.items()}
     for key, ms in timings.items():
-        _child(_m.stages[key], model_name).observe(ms / 1000.0)
+        writers[key].observe(ms / 1000.0)
+
+
+_stage_writers: Dict[str, Dict[str, object]] = {}  # model name -> {timing key: its histogram's writer}
+os.register_at_fork(after_in_child=_stage_writers.clear)
 
 
 def request_started(protocol: str) -> None:

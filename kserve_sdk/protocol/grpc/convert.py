@@ -12,7 +12,7 @@ from ...constants.constants import GRPC_CONTENT_DATATYPE_MAPPINGS
 from ...errors import InvalidInput
 from ..dtypes import np_dtype_of
 from ..infer_type import InferInput, InferOutput, InferRequest, InferResponse, RequestedOutput
-from ..tensor import SHM_REGION, Tensor, check_tensor_header, expected_nbytes, in_shared_memory
+from ..tensor import SHM_REGION, Tensor, check_tensor_header, expected_nbytes
 from . import grpc_predict_v2_pb2 as pb
 
 
@@ -103,32 +103,33 @@ def _tensors_from_grpc(entries, raws, cls, kind: str) -> List[Tensor]:
     next_raw = iter(raws).__next__
     tensors, seen = [], set()
     for entry in entries:
-        shape = check_tensor_header(entry.name, list(entry.shape), entry.datatype)
-        if entry.name in seen:
-            raise InvalidInput(f"duplicate {kind} name '{entry.name}'")
-        seen.add(entry.name)
-        tensor = cls(entry.name, shape, entry.datatype, parameters=parameters_to_dict(entry.parameters))
+        name, datatype, params = entry.name, entry.datatype, parameters_to_dict(entry.parameters)
+        shape = check_tensor_header(name, list(entry.shape), datatype)
+        if name in seen:
+            raise InvalidInput(f"duplicate {kind} name '{name}'")
+        seen.add(name)
+        tensor = cls(name, shape, datatype, parameters=params)
         flat = _typed_contents(tensor, entry.contents) if entry.HasField("contents") else None
-        if in_shared_memory(tensor):
+        if params is not None and SHM_REGION in params:
             if raws and aligned:
                 next_raw()  # the empty placeholder of a tensor in shared memory
             # the data plane reads the content from the region
         elif raws:
             if flat is not None:
-                raise InvalidInput(f"{kind} '{entry.name}' has typed contents but the message also has raw contents")
+                raise InvalidInput(f"{kind} '{name}' has typed contents but the message also has raw contents")
             raw = next_raw()
-            expected = expected_nbytes(tensor.datatype, shape)
+            expected = expected_nbytes(datatype, shape)
             if expected >= 0 and len(raw) != expected:
-                raise InvalidInput(f"{kind} '{entry.name}': {len(raw)} raw bytes do not match shape {shape} "
+                raise InvalidInput(f"{kind} '{name}': {len(raw)} raw bytes do not match shape {shape} "
                                    f"of {tensor.datatype} ({expected} bytes)")
             tensor._raw_data = raw
         elif flat is not None:
             if flat.size != prod(shape):
-                raise InvalidInput(f"{kind} '{entry.name}': {flat.size} values given but shape {shape} "
+                raise InvalidInput(f"{kind} '{name}': {flat.size} values given but shape {shape} "
                                    f"needs {prod(shape)}")
             tensor._array = flat.reshape(shape)
         elif prod(shape) != 0:
-            raise InvalidInput(f"{kind} '{entry.name}' has no contents")
+            raise InvalidInput(f"{kind} '{name}' has no contents")
         else:
             tensor._array = np.empty(shape, dtype=np_dtype_of(tensor.datatype))
         tensors.append(tensor)
@@ -159,9 +160,10 @@ def _typed_values(tensor: Tensor) -> List:
 def _tensor_message(msg, tensor: Tensor, raw: bool, raws: List[bytes]) -> None:
     msg.name, msg.datatype = tensor.name, tensor.datatype
     msg.shape.extend(tensor.shape)
-    params = {k: v for k, v in (tensor.parameters or {}).items() if k not in ("binary_data_size", "binary_data")}
-    fill_parameters(msg.parameters, params)
-    if in_shared_memory(tensor):
+    params = tensor.parameters
+    if params:
+        fill_parameters(msg.parameters, {k: v for k, v in params.items() if k not in ("binary_data_size", "binary_data")})
+    if params and SHM_REGION in params:
         if raw:
             raws.append(b"")  # clients find an output's raw content by its index
     elif raw:
