@@ -7,9 +7,9 @@ scrape of any worker reads them all. The mode is chosen when prometheus-client i
 """
 import os
 import shutil
-from bisect import bisect_left
 import sys
 import tempfile
+from bisect import bisect_left
 from typing import Dict, Optional, Tuple
 
 _m = None  # the metric objects, once set up
@@ -97,7 +97,7 @@ def _direct(child):
     if isinstance(getattr(child, "_value", None), SlotValue):  # a Counter's or a Gauge's child
         return _SlotCount(child._value)
     buckets, total = getattr(child, "_buckets", None), getattr(child, "_sum", None)
-    if isinstance(total, SlotValue) and all(isinstance(b, SlotValue) for b in buckets):
+    if isinstance(total, SlotValue) and buckets is not None and all(isinstance(b, SlotValue) for b in buckets):
         return _SlotHistogram(child._upper_bounds, buckets, total)
     return child  # values of another class (prometheus-client was imported first): its own API
 
