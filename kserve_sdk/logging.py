@@ -127,7 +127,8 @@ os.register_at_fork(after_in_child=_after_fork)
 def log_info_fast(target: logging.Logger, msg: str, args: Any) -> None:
     """``target.info(msg, args)`` for the lines logged per request (access and latency), at a fraction of
     the cost. With the default configuration (one StreamHandler and the default trace format) the line
-    is written straight to the stream; otherwise a record goes through the handlers as usual, without
+    is formatted here and written to the stream with the other lines of the event loop's round
+    (:func:`_write_soon`); otherwise a record goes through the handlers as usual, without
     the look-up of the caller's file and line (a frame walk that says nothing here). A message that
     cannot be formatted raises (TypeError, KeyError or ValueError) in the first case."""
     if not target.isEnabledFor(logging.INFO) or target.disabled:
