@@ -341,5 +341,7 @@ _ELEMENT_BYTES = {name: element_size(name) for name in DATATYPES}
 
 def expected_nbytes(datatype: str, shape: List[int]) -> int:
     """Bytes a fixed-size tensor of this shape takes; -1 for BYTES (variable size)."""
-    size = _ELEMENT_BYTES.get(datatype) or element_size(datatype.upper())
+    size = _ELEMENT_BYTES.get(datatype)
+    if size is None:  # e.g. a lowercase spelling
+        size = element_size(datatype.upper())
     return -1 if size == 0 else size * prod(shape)
