@@ -35,7 +35,7 @@ def _check_shape(name: str, shape: Any) -> List[int]:
         raise InvalidInput(f"input '{name}': shape has {len(shape)} dimensions; at most {MAX_DIMS} are supported")
     if prod(shape) > MAX_ELEMENTS:
         raise InvalidInput(f"input '{name}': shape {list(shape)} has more elements than an int64 can count")
-    return list(shape)
+    return shape if type(shape) is list else list(shape)
 
 
 def _short(value: Any, limit: int = 200) -> str:

@@ -102,9 +102,9 @@ def _tensors_from_grpc(entries, raws, cls, kind: str) -> List[Tensor]:
             raise InvalidInput(f"{len(raws)} raw {kind} contents given for {in_place} {kind}s")
     next_raw = iter(raws).__next__
     tensors, seen = [], set()
-    for entry in entries:
+    for entry in entries[:]:  # a slice of a repeated field is a list at once; iterating it is slower
         name, datatype, params = entry.name, entry.datatype, parameters_to_dict(entry.parameters)
-        shape = check_tensor_header(name, list(entry.shape), datatype)
+        shape = check_tensor_header(name, entry.shape[:], datatype)
         if name in seen:
             raise InvalidInput(f"duplicate {kind} name '{name}'")
         seen.add(name)
@@ -140,9 +140,10 @@ def infer_request_from_grpc(request) -> InferRequest:
     """A ``ModelInferRequest`` as an InferRequest (raw contents are kept as bytes, read as views)."""
     if isinstance(request, Undecodable):
         raise InvalidInput(request.reason)
-    raws = list(request.raw_input_contents)
+    raws = request.raw_input_contents[:]  # repeated fields are read by slices: a list at C speed
     inputs = _tensors_from_grpc(request.inputs, raws, InferInput, "input")
-    outputs = [RequestedOutput(o.name, parameters_to_dict(o.parameters)) for o in request.outputs] or None
+    wanted = request.outputs
+    outputs = [RequestedOutput(o.name, parameters_to_dict(o.parameters)) for o in wanted[:]] if wanted else None
     result = InferRequest(model_name=request.model_name, infer_inputs=inputs, request_id=request.id or None,
                           from_grpc=True, parameters=parameters_to_dict(request.parameters),
                           request_outputs=outputs, model_version=request.model_version or None)
@@ -157,8 +158,9 @@ def _typed_values(tensor: Tensor) -> List:
     return arr.tolist()
 
 
-def _tensor_message(msg, tensor: Tensor, raw: bool, raws: List[bytes]) -> None:
-    msg.name, msg.datatype = tensor.name, tensor.datatype
+def _tensor_message(msg, tensor: Tensor, raw: bool, raws) -> None:
+    msg.name = tensor.name
+    msg.datatype = tensor.datatype
     msg.shape.extend(tensor.shape)
     params = tensor.parameters
     if params:
@@ -187,12 +189,19 @@ def infer_response_to_grpc(response: InferResponse, msg=None):
             break
     if msg is None:
         msg = pb.ModelInferResponse()
-    msg.model_name, msg.model_version, msg.id = response.model_name or "", response.model_version or "", response.id or ""
-    fill_parameters(msg.parameters, response.parameters)
-    raws: List[bytes] = []
+    # Fields are set one by one and only when there is something to set: each access to a message's
+    # map or repeated field builds a wrapper object, a visible cost for a small call.
+    if response.model_name:
+        msg.model_name = response.model_name
+    if response.model_version:
+        msg.model_version = response.model_version
+    if response.id:
+        msg.id = response.id
+    if response.parameters:
+        fill_parameters(msg.parameters, response.parameters)
+    outputs, raws = msg.outputs, msg.raw_output_contents
     for tensor, _ in pairs:
-        _tensor_message(msg.outputs.add(), tensor, raw, raws)
-    msg.raw_output_contents.extend(raws)
+        _tensor_message(outputs.add(), tensor, raw, raws)
     return msg
 
 
