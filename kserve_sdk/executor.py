@@ -156,7 +156,7 @@ def _pace_of(fn: Callable) -> _Pace:
 def run_stage(fn: Callable, *args: Any) -> Any:
     """Run the sync stage ``fn(*args)``: on the loop when it has been quick, else on a model thread.
 
-    Returns the result itself when it ran here, or a future (on the pool): ``asyncio.isfuture`` tells.
+    Returns the result itself when it ran here, or an ``asyncio.Future`` (on the pool).
     """
     if _inline_below_s <= 0:
         return run_sync(fn, *args)

@@ -159,8 +159,16 @@ def request_finished(model_name: str, protocol: str, endpoint: str, status: str,
         return
     if started:
         _child(_m.in_flight, protocol).dec()
-    _child(_m.requests, model_name, protocol, endpoint, status).inc()
-    _child(_m.latency, model_name, protocol, endpoint, status).observe(seconds)
+    labels = (model_name, protocol, endpoint, status)
+    writers = _answer_writers.get(labels)
+    if writers is None:
+        writers = _answer_writers[labels] = (_child(_m.requests, *labels), _child(_m.latency, *labels))
+    writers[0].inc()
+    writers[1].observe(seconds)
+
+
+_answer_writers: Dict[tuple, tuple] = {}  # labels -> (the request counter's writer, the latency histogram's)
+os.register_at_fork(after_in_child=_answer_writers.clear)
 
 
 def stream_finished(model_name: str, protocol: str, responses: int, first_response_s: Optional[float]) -> None:

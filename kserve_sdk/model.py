@@ -105,8 +105,19 @@ def stage_kind(fn: Any) -> str:
     return kind
 
 
+_awaitable_types: Dict[type, bool] = {}
+
+
 def _is_awaitable(value: Any) -> bool:
-    return hasattr(type(value), "__await__") or (type(value) is GeneratorType and inspect.isawaitable(value))
+    # Remembered per type: hasattr() on a class without the attribute builds an AttributeError (message
+    # included) before it answers False, which is most of the cost of asking per call.
+    cls = type(value)
+    known = _awaitable_types.get(cls)
+    if known is None:
+        if len(_awaitable_types) > 1024:  # classes made at run time: keep the table small
+            _awaitable_types.clear()
+        known = _awaitable_types[cls] = hasattr(cls, "__await__")
+    return known or (cls is GeneratorType and inspect.isawaitable(value))
 
 
 async def call_stage(fn, *args) -> Any:
@@ -115,7 +126,7 @@ async def call_stage(fn, *args) -> Any:
     if stage_kind(fn) == "async":
         return await fn(*args)
     result = run_stage(fn, *args)
-    if asyncio.isfuture(result):
+    if isinstance(result, asyncio.Future):  # it went to the pool (asyncio.isfuture would build an error)
         result = await result
     if _is_awaitable(result):
         result = await result
@@ -191,7 +202,8 @@ class Model(InferenceModel):
         payload = self.validate(body) if cls.preprocess is Model.preprocess else await self._preprocess(body, headers)
         mid = time.perf_counter()
         timings["preprocess_ms"] = (mid - start) * 1000
-        if verb is InferenceVerb.PREDICT and self.streams_responses():
+        predict = self.predict  # a new bound method on every access: taken once
+        if verb is InferenceVerb.PREDICT and stage_kind(predict) == "asyncgen":  # streams_responses()
             raise InvalidInput(f"model '{self.name}' streams its responses: call /v2/models/{self.name}/infer_stream "
                                "or generate_stream (REST), or ModelStreamInfer (gRPC)")
         batched = verb is not InferenceVerb.EXPLAIN and self.batches(payload)
@@ -202,7 +214,7 @@ class Model(InferenceModel):
             result = await self._batching().submit(payload, headers)
             stage = "predict_ms"
         else:
-            result = await call_stage(self.predict, payload, headers, *extra)
+            result = await call_stage(predict, payload, headers, *extra)
             stage = "predict_ms"
         if not batched:
             statistics.record_execution(self.name)  # the batcher counts the calls it makes itself
