@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create throwaway virtualenvs for the peer servers used by http_bench.py.
+# Create throwaway virtualenvs for the peer servers the benches start, and one for py-spy (profile.py).
 # These are NEVER dependencies of the project; they live outside the repo.
 # Idempotent: a venv that already has the pinned version is left alone.
 #
@@ -11,6 +11,7 @@ VENVS="${BENCH_VENVS:-/tmp/bench-venvs}"
 PY="${PYTHON:-python3.11}"
 KSERVE_VERSION="${KSERVE_VERSION:-0.21.0}"
 MLSERVER_VERSION="${MLSERVER_VERSION:-1.7.1}"
+PY_SPY_VERSION="${PY_SPY_VERSION:-0.4.3}"
 
 mkdir -p "$VENVS"
 status=0
@@ -42,5 +43,6 @@ PY
 
 make_venv kserve kserve "$KSERVE_VERSION"
 make_venv mlserver mlserver "$MLSERVER_VERSION"
+make_venv tools py-spy "$PY_SPY_VERSION"      # profile.py's sampler, a binary in a wheel
 
 exit $status
