@@ -5,6 +5,7 @@ encode what it returns. Model lookup, readiness, the response rules of v2 (reque
 outputs) and latency logging are applied here once, for every protocol.
 """
 import asyncio
+import functools
 import inspect
 import logging
 import time
@@ -85,16 +86,11 @@ def naming_the_model(model_name: str):
         raise error from e
 
 
-_pipeline_classes: Dict[type, bool] = {}
-
-
+@functools.lru_cache(maxsize=None)
 def _is_pipeline_model(cls: type) -> bool:
     """Whether a model class is a Model (whose run_pipeline gives stage timings); remembered per class,
-    because isinstance against an abstract base class is slow."""
-    known = _pipeline_classes.get(cls)
-    if known is None:
-        known = _pipeline_classes[cls] = issubclass(cls, Model)
-    return known
+    because issubclass against an abstract base class is slow."""
+    return issubclass(cls, Model)
 
 
 async def _single(value: Any) -> AsyncIterator[Any]:

@@ -5,6 +5,7 @@ thread pool (``--max_asyncio_workers`` threads), so a slow synchronous model nev
 loop, health probes or other requests; async ones run on the loop.
 """
 import asyncio
+import functools
 import inspect
 import time
 from abc import ABC, abstractmethod
@@ -105,19 +106,16 @@ def stage_kind(fn: Any) -> str:
     return kind
 
 
-_awaitable_types: Dict[type, bool] = {}
+# Remembered per class: hasattr() on a class without the attribute builds an AttributeError (message
+# included) before it answers False, which is most of the cost of asking per call.
+@functools.lru_cache(maxsize=1024)
+def _awaitable_class(cls: type) -> bool:
+    return hasattr(cls, "__await__")
 
 
 def _is_awaitable(value: Any) -> bool:
-    # Remembered per type: hasattr() on a class without the attribute builds an AttributeError (message
-    # included) before it answers False, which is most of the cost of asking per call.
     cls = type(value)
-    known = _awaitable_types.get(cls)
-    if known is None:
-        if len(_awaitable_types) > 1024:  # classes made at run time: keep the table small
-            _awaitable_types.clear()
-        known = _awaitable_types[cls] = hasattr(cls, "__await__")
-    return known or (cls is GeneratorType and inspect.isawaitable(value))
+    return _awaitable_class(cls) or (cls is GeneratorType and inspect.isawaitable(value))
 
 
 async def call_stage(fn, *args) -> Any:
@@ -197,9 +195,8 @@ class Model(InferenceModel):
         timings: Dict[str, float] = {}
 
         start = time.perf_counter()
-        cls = type(self)
         # the stages a model does not override are skipped here, without a coroutine each
-        payload = self.validate(body) if cls.preprocess is Model.preprocess else await self._preprocess(body, headers)
+        payload = await self._preprocess(body, headers) if self._overrides("preprocess") else self.validate(body)
         mid = time.perf_counter()
         timings["preprocess_ms"] = (mid - start) * 1000
         predict = self.predict  # a new bound method on every access: taken once
@@ -220,7 +217,7 @@ class Model(InferenceModel):
             statistics.record_execution(self.name)  # the batcher counts the calls it makes itself
         end = time.perf_counter()
         timings[stage] = (end - mid) * 1000
-        if cls.postprocess is not Model.postprocess:
+        if self._overrides("postprocess"):
             result = await call_stage(self.postprocess, result, headers, *extra)
         timings["postprocess_ms"] = (time.perf_counter() - end) * 1000
         return result, response_headers, timings
@@ -238,15 +235,15 @@ class Model(InferenceModel):
                                     int(self.max_batch_size), float(self.max_latency_ms))
         return self._batcher
 
+    def _overrides(self, stage: str) -> bool:
+        """Whether this model's class overrides Model's ``stage`` ("preprocess" or "postprocess"). Model's
+        own pass their input through, so callers skip them, and the coroutine each would cost."""
+        return getattr(type(self), stage) is not getattr(Model, stage)
+
     async def _preprocess(self, body: Any, headers: Dict[str, str]) -> Any:
-        if type(self).preprocess is not Model.preprocess:
+        if self._overrides("preprocess"):
             body = await call_stage(self.preprocess, body, headers)
         return self.validate(body)
-
-    async def _postprocess(self, result: Any, headers: Dict[str, str], extra: tuple) -> Any:
-        if type(self).postprocess is Model.postprocess:
-            return result
-        return await call_stage(self.postprocess, result, headers, *extra)
 
     # --- streaming ----------------------------------------------------------------------------------
     def streams_responses(self) -> bool:
@@ -282,10 +279,10 @@ class Model(InferenceModel):
         start = time.perf_counter()
         payload = await self._preprocess(body, headers)
         timings["preprocess_ms"] = (time.perf_counter() - start) * 1000
-        postprocessed = type(self).postprocess is not Model.postprocess
+        postprocessed = self._overrides("postprocess")
         async with aclosing(self._predict_items(payload, headers, extra)) as items:
             async for item in items:
-                yield await self._postprocess(item, headers, extra) if postprocessed else item
+                yield await call_stage(self.postprocess, item, headers, *extra) if postprocessed else item
         timings["predict_ms"] = (time.perf_counter() - start) * 1000 - timings["preprocess_ms"]
 
     async def stream_in(self, bodies: AsyncIterator[Any], headers: Dict[str, str]) -> AsyncIterator[Any]:
@@ -294,9 +291,10 @@ class Model(InferenceModel):
             async for body in bodies:
                 yield await self._preprocess(body, headers)
 
+        postprocessed = self._overrides("postprocess")
         async with aclosing(self.predict_stream(preprocessed())) as items:
             async for item in items:
-                yield await self._postprocess(item, headers, ())
+                yield await call_stage(self.postprocess, item, headers) if postprocessed else item
 
     def validate(self, payload: Any) -> Any:
         """Reject payloads whose ``instances`` (v1) or ``inputs`` (v2) is not a list."""
