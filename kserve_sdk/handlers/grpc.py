@@ -92,6 +92,14 @@ def _tagged(message, request):
     return message
 
 
+def _stream_message(item: Any, request):
+    """One streamed answer to ``request`` as a ``ModelStreamInferResponse``, tagged with the request's id
+    and model. Its ``infer_response`` is filled in place: no copy of each response into its wrapper."""
+    message = pb.ModelStreamInferResponse()
+    _tagged(to_infer_response_message(item, request.model_name, message.infer_response), request)
+    return message
+
+
 class InferenceServicer(GRPCInferenceServiceServicer):
     """Adapts the v2 gRPC service to the data plane."""
 
@@ -167,9 +175,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
             items = self.dataplane.stream(request.model_name, infer_request_from_grpc(request), headers,
                                           protocol="grpc")
             async for item in items:
-                message = pb.ModelStreamInferResponse()  # filled in place: no copy of each response
-                _tagged(to_infer_response_message(item, request.model_name, message.infer_response), request)
-                yield message
+                yield _stream_message(item, request)
         except Exception as e:
             code = _status(e)
             if code is grpc.StatusCode.INTERNAL:
@@ -188,9 +194,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
         try:
             async for item in self.dataplane.stream_in(first.model_name, decoded(), headers, protocol="grpc"):
-                message = pb.ModelStreamInferResponse()
-                _tagged(to_infer_response_message(item, first.model_name, message.infer_response), first)
-                yield message
+                yield _stream_message(item, first)
         except Exception as e:
             yield pb.ModelStreamInferResponse(error_message=_message(e))
 
