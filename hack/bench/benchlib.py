@@ -44,6 +44,10 @@ class Case:
     n: int             # FP32 elements, shape [1, n]
     min_seconds: float = 0  # a timed window at least this long, whatever --duration (slow cells)
 
+    def window(self, duration: float) -> float:
+        """The timed seconds of this case under ``--duration``."""
+        return max(duration, self.min_seconds)
+
     @property
     def key(self):
         return f"{self.name}@c{self.conc}"
@@ -314,7 +318,8 @@ def build_targets(names, args, workdir, proto, unsupported=None, *, model=MODEL,
         t = Target(name, port=grpc_port if grpc else http_port, http_port=http_port, grpc_port=grpc_port,
                    unsupported=dict(unsupported.get(name, {})))
         if name == "bare":
-            if (bare_proto or proto) == "grpc":  # bare_proto: the one protocol the bare servers offer here
+            bare_grpc = (bare_proto or proto) == "grpc"  # bare_proto: the one protocol the bare servers offer here
+            if bare_grpc:
                 t.cmd = [args.python, os.path.join(HERE, "bare_grpc.py"), "--host", HOST,
                          "--port", str(grpc_port)]
                 t.desc = "grpc.aio + tritonclient's service_pb2 + numpy, 1 process"
@@ -322,7 +327,7 @@ def build_targets(names, args, workdir, proto, unsupported=None, *, model=MODEL,
                 t.cmd = [args.python, os.path.join(HERE, "bare_tornado.py"), "--host", HOST,
                          "--port", str(http_port)]
                 t.desc = "tornado+orjson+numpy, 1 process"
-            t.ready = grpc_ready if (bare_proto or proto) == "grpc" else http_ready("/v2/health/ready")
+            t.ready = grpc_ready if bare_grpc else http_ready("/v2/health/ready")
         elif name in ("ours", "kserve"):
             model_args = [os.path.join(HERE, model_script), "--model_name", model,
                           "--http_port", str(http_port), "--grpc_port", str(grpc_port),
@@ -426,7 +431,7 @@ def timed_load(args, target, case, payload, load):
     """The timed load run: (LoadResult | None, error, server CPU ms per answer | None)."""
     hz = os.sysconf("SC_CLK_TCK")
     ticks0 = cpu_ticks(target.proc.pid)
-    res, err = load(args, target, case, payload, max(args.duration, case.min_seconds))
+    res, err = load(args, target, case, payload, case.window(args.duration))
     ticks = cpu_ticks(target.proc.pid) - ticks0
     cpu_ms = ticks * 1000 / hz / res.total if res is not None and res.total else None
     return res, err, cpu_ms
@@ -454,7 +459,7 @@ def bench_one(args, target, case, payload, hwm_reset_ok, check, load, warm_up=Tr
     nerr = sum(res.errors.values())
     errs = ", ".join(f"{k} {v}" for k, v in res.errors.items())
     if res.total == 0:
-        row.note = f"TOO SLOW: no response completed within {max(args.duration, case.min_seconds)}s " \
+        row.note = f"TOO SLOW: no response completed within {case.window(args.duration)}s " \
                    f"({errs}); use a longer --duration"
         return row
     if res.ok <= 0:
