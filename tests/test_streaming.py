@@ -245,6 +245,30 @@ def test_grpc_stream_in_model_sums_a_stream(server):
     assert result.get_response().id == "s3"
 
 
+def test_streamed_items_go_through_postprocess(server):
+    events = sse_events(server, "/v2/models/shouted/generate_stream", {"text_input": "quiet words here"})
+    assert [data["text_output"] for _, data in events] == ["QUIET", " WORDS", " HERE"]
+    plain = sse_events(server, "/v2/models/tokens/generate_stream", {"text_input": "quiet words"})
+    assert [data["text_output"] for _, data in plain] == ["quiet", " words"]  # no postprocess: as yielded
+
+
+def test_grpc_stream_in_model_with_pre_and_postprocess(server):
+    results: "queue.Queue" = queue.Queue()
+    client = tgrpc.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    for i, value in enumerate([1.5, 2.5, 3.0, 4.0]):
+        tensor = tgrpc.InferInput("x", [2], "FP64")
+        tensor.set_data_from_numpy(np.array([value, value]))
+        client.async_stream_infer("scaled_summer", [tensor], request_id=f"p{i}")
+    client.stop_stream()
+    result, error = results.get(timeout=20)
+    client.close()
+    assert error is None
+    # each request preprocessed (values doubled: 44.0 in all), the one answer postprocessed (+ 0.5)
+    assert result.as_numpy("sum").tolist() == [44.5]
+    assert result.get_response().id == "p3"
+
+
 def test_metrics_show_streams(server):
     sse_events(server, "/v2/models/tokens/generate_stream", {"text_input": "m n"})
     text = ""

@@ -113,7 +113,29 @@ class Unary(kserve.Model):
         return {"text_output": payload.get("text_input", "").upper()}
 
 
-MODELS = {"tokens": Tokens, "broken": Broken, "summer": Summer, "headered": Headered, "unary": Unary}
+class Shouted(Tokens):
+    """Tokens whose every streamed item goes through a (sync) postprocess that upper-cases its text."""
+
+    def postprocess(self, result, headers=None):
+        return {**result, "text_output": result["text_output"].upper()}
+
+
+class ScaledSummer(Summer):
+    """Summer with a preprocess (each request's values doubled) and a postprocess (the sum plus 0.5)."""
+
+    async def preprocess(self, payload, headers=None):
+        x = payload.inputs[0].as_numpy()
+        payload.inputs[0].set_data_from_numpy(x * 2, binary_data=False)
+        return payload
+
+    def postprocess(self, result, headers=None):
+        out = InferOutput("sum", [1], "FP64")
+        out.set_data_from_numpy(result.outputs[0].as_numpy() + 0.5)
+        return InferResponse(response_id=result.id, model_name=self.name, infer_outputs=[out])
+
+
+MODELS = {"tokens": Tokens, "broken": Broken, "summer": Summer, "headered": Headered, "unary": Unary,
+          "shouted": Shouted, "scaled_summer": ScaledSummer}
 
 if __name__ == "__main__":
     args, _ = argparse.ArgumentParser(parents=[model_server.parser]).parse_known_args()
