@@ -20,6 +20,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -517,7 +518,7 @@ def print_table(rows, targets, cases, err_cols, *, base="bare", headers=("req/s"
 
 
 def print_ratios(rows, targets, cases, base, rate_h):
-    """The rate of every target divided by base's, per case."""
+    """The rate of every target divided by base's, per case (paired by round: see paired_ratio)."""
     others = [t for t in targets if t.name != base]
     if not others:
         return
@@ -533,8 +534,18 @@ def print_ratios(rows, targets, cases, base, rate_h):
             elif r.rps is None:
                 cells.append(f"{'n/a':>9}")
             else:
-                cells.append(f"{r.rps / base_row.rps:>9.2f}")
+                cells.append(f"{paired_ratio(r, base_row):>9.2f}")
         print(f"{case.name:<15} {case.conc:>4} " + " ".join(cells))
+
+
+def paired_ratio(row, base):
+    """row's req/s over base's: the median of the rounds' ratios, each round's two rates measured back to
+    back, so a busy spell of the machine moves one round's ratio rather than one target's median. Rows
+    without the same rated rounds (one round, an error in one) fall back to the two medians' ratio."""
+    pairs = [a / b for a, b in zip(row.round_rps, base.round_rps) if a and b]
+    if len(pairs) < 2 or len(pairs) != len(row.round_rps) or len(pairs) != len(base.round_rps):
+        return row.rps / base.rps
+    return statistics.median(pairs)
 
 
 # --------------------------------------------------------------------------- running a bench

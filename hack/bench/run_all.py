@@ -112,8 +112,9 @@ def cell(row, rows, refs):
     for ref in refs:
         base = rows.get((ref, row.case.key))
         if ref != row.target and base is not None and base.rps and row.rps:
-            out["ratio"][ref] = row.rps / base.rps
+            out["ratio"][ref] = benchlib.paired_ratio(row, base)
     return out
+
 
 
 def run_load_group(name, args, bench):
