@@ -7,23 +7,27 @@ into one response per request. Requests that cannot be merged run in batches of 
 fails only the requests of its batch. REST and gRPC requests share batches, since both arrive here.
 """
 import asyncio
+import time
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from . import metrics, statistics
 from .errors import InferenceError
+from .executor import add_queue_wait, queue_wait
 from .protocol.infer_type import InferInput, InferOutput, InferRequest, InferResponse
 
 Predict = Callable[[InferRequest, Dict[str, str]], Awaitable[Any]]
 
 
 class _Pending:
-    __slots__ = ("request", "headers", "rows", "future")
+    __slots__ = ("request", "headers", "rows", "future", "queued", "waited")
 
     def __init__(self, request: InferRequest, headers: Dict[str, str], rows: int):
         self.request, self.headers, self.rows = request, headers, rows
         self.future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.queued = time.perf_counter()
+        self.waited = 0.0  # seconds until its batch ran, and the batch's wait for a model thread
 
 
 def _merge_key(request: InferRequest) -> Optional[Tuple]:
@@ -63,7 +67,9 @@ class Batcher:
             self._flush()
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.max_latency, self._flush)
-        return await pending.future
+        result = await pending.future
+        add_queue_wait(pending.waited)  # the batch ran in a task of its own: the wait is told to this one
+        return result
 
     def _flush(self) -> None:
         if self._timer is not None:
@@ -83,6 +89,7 @@ class Batcher:
 
     async def _run(self, batch: List[_Pending]) -> None:
         self._executing(len(batch))
+        started, waited = time.perf_counter(), queue_wait()
         try:
             if len(batch) == 1:
                 results = [await self.predict(batch[0].request, batch[0].headers)]
@@ -94,8 +101,10 @@ class Batcher:
                 if not pending.future.done():
                     pending.future.set_exception(e)
             return
+        waited = queue_wait() - waited
         for pending, result in zip(batch, results):
             if not pending.future.done():
+                pending.waited = started - pending.queued + waited
                 pending.future.set_result(result)
 
 

@@ -103,6 +103,19 @@ INLINE_AFTER = 16
 _inline_below_s = 0.001
 #: Set while a call has a deadline: a stage running on the loop could not be cancelled at the deadline.
 no_inline: "contextvars.ContextVar[bool]" = contextvars.ContextVar("kserve_sdk_no_inline", default=False)
+# Seconds the stages of the current task have waited for a model thread or for their batch, summed over
+# the task's life: a call reads it before and after its predict (Triton's queue time is the difference).
+_queue_wait: "contextvars.ContextVar[float]" = contextvars.ContextVar("kserve_sdk_queue_wait", default=0.0)
+
+
+def queue_wait() -> float:
+    """Seconds this task's stages have waited, so far, for a model thread or a batch (compare two reads)."""
+    return _queue_wait.get()
+
+
+def add_queue_wait(seconds: float) -> None:
+    """Count ``seconds`` of waiting for a model thread or a batch against the current task."""
+    _queue_wait.set(_queue_wait.get() + seconds)
 
 
 class _Pace:
@@ -156,12 +169,11 @@ def _pace_of(fn: Callable) -> _Pace:
 def run_stage(fn: Callable, *args: Any) -> Any:
     """Run the sync stage ``fn(*args)``: on the loop when it has been quick, else on a model thread.
 
-    Returns the result itself when it ran here, or an ``asyncio.Future`` (on the pool).
+    Returns the result itself when it ran here, or an ``asyncio.Future`` of ``(result, seconds it waited
+    for a thread)`` when it went to the pool.
     """
-    if _inline_below_s <= 0:
-        return run_sync(fn, *args)
-    pace = _pace_of(fn)
-    if pace.inline and not no_inline.get():
+    pace = _pace_of(fn) if _inline_below_s > 0 else None
+    if pace is not None and pace.inline and not no_inline.get():
         usage = _thread_usage()
         start = time.perf_counter()
         try:
@@ -169,15 +181,16 @@ def run_stage(fn: Callable, *args: Any) -> Any:
         finally:
             if _was_slow(time.perf_counter() - start, usage):
                 pace.inline_run_was_slow()
-    return run_sync(_timed, pace, fn, args)
+    return run_sync(_timed, pace, fn, args, time.perf_counter())
 
 
-def _timed(pace: _Pace, fn: Callable, args: tuple) -> Any:
+def _timed(pace: Optional[_Pace], fn: Callable, args: tuple, queued: float) -> Tuple[Any, float]:
     start = time.perf_counter()
     try:
-        return fn(*args)
+        return fn(*args), start - queued
     finally:
-        pace.pooled_run_took(time.perf_counter() - start)
+        if pace is not None:
+            pace.pooled_run_took(time.perf_counter() - start)
 
 
 def run_sync(fn: Callable, *args: Any) -> asyncio.Future:

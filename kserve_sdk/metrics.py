@@ -139,7 +139,9 @@ def observe_stages(model_name: str, timings: Dict[str, float]) -> None:
     if writers is None:
         writers = _stage_writers[model_name] = {key: _child(metric, model_name) for key, metric in _m.stages.items()}
     for key, ms in timings.items():
-        writers[key].observe(ms / 1000.0)
+        writer = writers.get(key)
+        if writer is not None:  # queue_ms has no histogram of KServe's: it is inside predict_ms
+            writer.observe(ms / 1000.0)
 
 
 _stage_writers: Dict[str, Dict[str, object]] = {}  # model name -> {timing key: its histogram's writer}

@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Awaitable, Dict, List, Optional, Tuple, U
 from . import context, statistics
 from .constants.constants import PredictorProtocol
 from .errors import InvalidInput
-from .executor import run_stage
+from .executor import add_queue_wait, queue_wait, run_stage
 from .predictor_config import PredictorConfig
 from .protocol.infer_type import InferRequest
 
@@ -125,7 +125,8 @@ async def call_stage(fn, *args) -> Any:
         return await fn(*args)
     result = run_stage(fn, *args)
     if isinstance(result, asyncio.Future):  # it went to the pool (asyncio.isfuture would build an error)
-        result = await result
+        result, waited = await result
+        add_queue_wait(waited)
     if _is_awaitable(result):
         result = await result
     return result
@@ -204,6 +205,7 @@ class Model(InferenceModel):
             raise InvalidInput(f"model '{self.name}' streams its responses: call /v2/models/{self.name}/infer_stream "
                                "or generate_stream (REST), or ModelStreamInfer (gRPC)")
         batched = verb is not InferenceVerb.EXPLAIN and self.batches(payload)
+        waited = queue_wait()
         if verb is InferenceVerb.EXPLAIN:
             result = await call_stage(self.explain, payload, headers)
             stage = "explain_ms"
@@ -217,6 +219,9 @@ class Model(InferenceModel):
             statistics.record_execution(self.name)  # the batcher counts the calls it makes itself
         end = time.perf_counter()
         timings[stage] = (end - mid) * 1000
+        waited = queue_wait() - waited
+        if waited:  # for a model thread or a batch: Triton's queue time, inside the stage's time here
+            timings["queue_ms"] = waited * 1000
         if self._overrides("postprocess"):
             result = await call_stage(self.postprocess, result, headers, *extra)
         timings["postprocess_ms"] = (time.perf_counter() - end) * 1000

@@ -57,12 +57,17 @@ def record_success(model_name: str, timings: Dict[str, float], total_ns: int) ->
     counters[LAST] = time.time_ns() // 1_000_000
     counters[SUCCESS] += 1
     counters[SUCCESS_NS] += total_ns
-    counters[QUEUE] += 1  # the queue wait is inside the predict time (thread pool, batcher): not split out
+    counters[QUEUE] += 1
     for key, ms in timings.items():
         slot = _STAGE_SLOT.get(key)
         if slot is not None:
             counters[slot] += 1
             counters[slot + 1] += int(ms * 1e6)
+    queued_ms = timings.get("queue_ms")
+    if queued_ms:  # predict_ms holds the wait for a model thread or a batch: Triton counts it as queue time
+        queued_ns = int(queued_ms * 1e6)
+        counters[QUEUE_NS] += queued_ns
+        counters[INFER_NS] -= queued_ns
 
 
 def record_failure(model_name: str, total_ns: int) -> None:

@@ -80,3 +80,36 @@ def test_summed_over_workers_and_batches_counted_as_executions(start_server):
     stats = _stats(server, "batcher")
     assert stats["inference_count"] == 16
     assert stats["execution_count"] < 16 and batches > 0  # merged requests ran as one predict call
+
+
+def _waits(stats: dict):
+    """(queue ns, compute_infer ns, success ns) of one model's statistics."""
+    inference = stats["inference_stats"]
+    return inference["queue"]["ns"], inference["compute_infer"]["ns"], inference["success"]["ns"]
+
+
+def test_wait_for_a_model_thread_is_queue_time_not_compute(start_server):
+    # One model thread, four concurrent calls of a sync predict that sleeps 0.2 s: they wait 0.2, 0.4 and
+    # 0.6 s for the thread, and compute 0.8 s in all.
+    server = start_server("tests/models/zoo.py", "--max_asyncio_workers", "1", env={"ZOO_MODELS": "slow"},
+                          grpc=False)
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda i: post_json(server.http_port, "/v1/models/slow:predict",
+                                                    {"instances": [i]}), range(4)))
+    assert [status for status, _, _ in answers] == [200] * 4
+    stats = _stats(server, "slow")
+    queue_ns, infer_ns, success_ns = _waits(stats)
+    assert stats["inference_stats"]["queue"]["count"] == 4
+    assert queue_ns >= 0.9e9, stats
+    assert infer_ns >= 0.75e9 and queue_ns + infer_ns <= success_ns, stats
+
+
+def test_wait_for_a_batch_is_queue_time_not_compute(start_server):
+    # A lone request waits max_latency_ms (50) for others to join its batch, then predict sleeps 20 ms.
+    server = start_server("tests/models/scale.py", env={"SCALE_MODELS": "batcher"})
+    tensor = tgrpc.InferInput("x", [1, 2], "FP32")
+    tensor.set_data_from_numpy(np.ones((1, 2), dtype=np.float32))
+    result = tgrpc.InferenceServerClient(server.grpc_url).infer("batcher", [tensor])
+    assert result.as_numpy("doubled").tolist() == [[2.0, 2.0]]
+    queue_ns, infer_ns, success_ns = _waits(_stats(server, "batcher"))
+    assert queue_ns >= 40e6 and infer_ns >= 15e6 and queue_ns + infer_ns <= success_ns, (queue_ns, infer_ns)
