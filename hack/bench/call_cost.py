@@ -2,6 +2,7 @@
 
     .venv/bin/python hack/bench/call_cost.py                  # CPU µs per call: ours and bare, in turns
     .venv/bin/python hack/bench/call_cost.py --instructions   # instructions per call under callgrind
+    .venv/bin/python hack/bench/call_cost.py --server         # whole servers under callgrind, per request
 
 The add-one model of addone_model.py is served by kserve_sdk's servicer (default flags: metrics, the
 latency line at INFO, statistics) and by bare_grpc.py's, each called directly on an event loop with the
@@ -11,6 +12,13 @@ stand-in with the two methods the servicers use. Time is the thread's CPU time (
 difference per call (needs valgrind: apt-get install valgrind), which does not move with the machine's
 load. Quick sync stages are allowed on the loop from the first call, so a slow valgrind run does not
 send them to the thread pool.
+
+--server counts what the in-process figures leave out: the real server processes (bare_grpc.py and
+addone_model.py with gRPC on, as grpc_bench.py starts them) run under callgrind, h2load sends
+--warmup requests, the counters are zeroed, and --requests more (8 streams on one connection) are
+counted over every thread of the process: grpc's core and poller, the event loop, our code and the
+model. Extra environment for ours (e.g. KSERVE_LOGLEVEL=WARNING) shows what a feature costs. Each
+server takes a few minutes under valgrind; needs valgrind and h2load (nghttp2-client).
 """
 import argparse
 import asyncio
@@ -101,14 +109,82 @@ def instructions_per_call() -> None:
         print(f"{target}: {per_call / 1000:.0f}k instructions per call (callgrind, 1500 - 500 calls)")
 
 
+def _h2load(port: int, framed: str, count: int) -> int:
+    """Send ``count`` ModelInfer requests (8 streams, one connection); the number that got HTTP 200."""
+    out = subprocess.run(["h2load", "-n", str(count), "-t", "1", "-c", "1", "-m", "8", "-d", framed,
+                          "-H", "content-type: application/grpc", "-H", "te: trailers",
+                          f"http://127.0.0.1:{port}/inference.GRPCInferenceService/ModelInfer"],
+                         capture_output=True, text=True, timeout=900).stdout
+    return int(re.search(r"status codes: (\d+) 2xx", out).group(1))
+
+
+def _counted(target, workdir: str, framed: str, warmup: int, requests: int) -> float:
+    """Instructions per request of one server process under callgrind (every thread, from the dump)."""
+    import benchlib
+
+    out = os.path.join(workdir, f"cg.{target.name}")
+    target.cmd = ["valgrind", "--tool=callgrind", "--cache-sim=no", "--branch-sim=no",
+                  f"--callgrind-out-file={out}.%p"] + target.cmd
+    target.start(workdir)
+    try:
+        error = target.wait_ready(300, interval=1)
+        if error:
+            raise SystemExit(f"{target.name}: {error}\n{target.log_tail()}")
+        _h2load(target.port, framed, warmup)  # inline pacing settles, lazy imports and caches fill
+        subprocess.run(["callgrind_control", "-z", str(target.proc.pid)], capture_output=True, check=True)
+        answered = _h2load(target.port, framed, requests)
+        subprocess.run(["callgrind_control", "-d", str(target.proc.pid)], capture_output=True, check=True)
+    finally:
+        benchlib.stop_group(target.proc, grace=30)
+    with open(f"{out}.{target.proc.pid}.1") as f:
+        total = int(re.search(r"^(?:summary|totals): (\d+)", f.read(), re.M).group(1))
+    if answered != requests:
+        raise SystemExit(f"{target.name}: {answered} of {requests} requests answered with HTTP 200")
+    return total / requests
+
+
+def instructions_per_request(names: list, env: dict, warmup: int, requests: int) -> None:
+    import tempfile
+    from types import SimpleNamespace
+
+    import benchlib
+
+    with tempfile.TemporaryDirectory(prefix="call-cost-") as workdir:
+        framed = os.path.join(workdir, "request.grpc")
+        body = request_bytes()
+        with open(framed, "wb") as f:
+            f.write(b"\x00" + len(body).to_bytes(4, "big") + body)
+        args = SimpleNamespace(python=sys.executable, venvs=os.environ.get("BENCH_VENVS", "/tmp/bench-venvs"))
+        for target in benchlib.build_targets(names, args, workdir, "grpc"):
+            if target.unavailable:
+                print(f"{target.name}: unavailable: {target.unavailable}")
+                continue
+            if target.name == "ours":
+                target.env.update(env)
+            per_request = _counted(target, workdir, framed, warmup, requests)
+            extra = " ".join(f"{k}={v}" for k, v in env.items()) if target.name == "ours" else ""
+            print(f"{target.name}{' (' + extra + ')' if extra else ''}: {per_request / 1000:.0f}k instructions "
+                  f"per request (whole process under callgrind, {requests} requests)", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--instructions", action="store_true", help="count instructions under callgrind")
+    ap.add_argument("--server", action="store_true", help="count the whole server processes' instructions "
+                    "per request under callgrind")
+    ap.add_argument("--targets", default="bare,ours", help="--server: comma list of bare, ours, kserve")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="--server: environment for ours (repeatable), e.g. KSERVE_LOGLEVEL=WARNING")
+    ap.add_argument("--warmup", type=int, default=300, help="--server: requests before counting")
+    ap.add_argument("--requests", type=int, default=400, help="--server: requests counted")
     ap.add_argument("--run", nargs=2, metavar=("TARGET", "COUNT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run:
         servicer, cls = servicers()[args.run[0]]
         asyncio.run(calls(servicer, cls, request_bytes(), int(args.run[1])))
+    elif args.server:
+        env = dict(item.split("=", 1) for item in args.env)
+        instructions_per_request(args.targets.split(","), env, args.warmup, args.requests)
     elif args.instructions:
         instructions_per_call()
     else:

@@ -50,8 +50,8 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(HERE, "results"), help="output directory")
     ap.add_argument("--duration", type=float, default=3, help="timed seconds per cell and round (default 3)")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds per cell, targets alternating in each; the "
-                    "table keeps each target's median round (default 3)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds per cell, targets alternating in each; the "
+                    "table keeps each target's median round, a ratio is the median of the rounds' (default 5)")
     ap.add_argument("--warmup", type=float, default=1, help="warm-up seconds per cell (default 1)")
     ap.add_argument("--targets", default=",".join(ALL_TARGETS), help="comma list (default: all four)")
     ap.add_argument("--only", default="", help=f"comma list of groups from {','.join(GROUPS)} (default all)")
