@@ -18,7 +18,7 @@ addone_model.py with gRPC on, as grpc_bench.py starts them) run under callgrind,
 --warmup requests, the counters are zeroed, and --requests more (8 streams on one connection) are
 counted over every thread of the process: grpc's core and poller, the event loop, our code and the
 model. Extra environment for ours (e.g. KSERVE_LOGLEVEL=WARNING) shows what a feature costs. Each
-server takes a few minutes under valgrind; needs valgrind and h2load (nghttp2-client).
+server takes a minute or two under valgrind; needs valgrind and h2load (nghttp2-client).
 """
 import argparse
 import asyncio

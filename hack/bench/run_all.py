@@ -116,7 +116,6 @@ def cell(row, rows, refs):
     return out
 
 
-
 def run_load_group(name, args, bench):
     """run_bench, then the rows as data for bench.json."""
     run = benchlib.run_bench(args, bench)
