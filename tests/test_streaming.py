@@ -229,17 +229,25 @@ def test_grpc_stream_many_responses_per_request(server):
     assert len(errors) == 1 and "Model with name nope does not exist." in errors[0]
 
 
-def test_grpc_stream_in_model_sums_a_stream(server):
+def _sum_over_one_stream(server, model: str, id_prefix: str):
+    """Four FP64 [2] requests to a predict_stream model on one tritonclient gRPC stream; its one answer
+    as (result, error)."""
     results: "queue.Queue" = queue.Queue()
     client = tgrpc.InferenceServerClient(server.grpc_url)
     client.start_stream(callback=lambda result, error: results.put((result, error)))
     for i, value in enumerate([1.5, 2.5, 3.0, 4.0]):
         tensor = tgrpc.InferInput("x", [2], "FP64")
         tensor.set_data_from_numpy(np.array([value, value]))
-        client.async_stream_infer("summer", [tensor], request_id=f"s{i}")
+        client.async_stream_infer(model, [tensor], request_id=f"{id_prefix}{i}")
     client.stop_stream()  # ends the request stream: the model sees the end and answers
-    result, error = results.get(timeout=20)
-    client.close()
+    try:
+        return results.get(timeout=20)
+    finally:
+        client.close()
+
+
+def test_grpc_stream_in_model_sums_a_stream(server):
+    result, error = _sum_over_one_stream(server, "summer", "s")
     assert error is None
     assert result.as_numpy("sum").tolist() == [22.0]
     assert result.get_response().id == "s3"
@@ -253,16 +261,7 @@ def test_streamed_items_go_through_postprocess(server):
 
 
 def test_grpc_stream_in_model_with_pre_and_postprocess(server):
-    results: "queue.Queue" = queue.Queue()
-    client = tgrpc.InferenceServerClient(server.grpc_url)
-    client.start_stream(callback=lambda result, error: results.put((result, error)))
-    for i, value in enumerate([1.5, 2.5, 3.0, 4.0]):
-        tensor = tgrpc.InferInput("x", [2], "FP64")
-        tensor.set_data_from_numpy(np.array([value, value]))
-        client.async_stream_infer("scaled_summer", [tensor], request_id=f"p{i}")
-    client.stop_stream()
-    result, error = results.get(timeout=20)
-    client.close()
+    result, error = _sum_over_one_stream(server, "scaled_summer", "p")
     assert error is None
     # each request preprocessed (values doubled: 44.0 in all), the one answer postprocessed (+ 0.5)
     assert result.as_numpy("sum").tolist() == [44.5]
