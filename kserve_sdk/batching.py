@@ -89,7 +89,7 @@ class Batcher:
 
     async def _run(self, batch: List[_Pending]) -> None:
         self._executing(len(batch))
-        started, waited = time.perf_counter(), queue_wait()
+        started, waited_before = time.perf_counter(), queue_wait()
         try:
             if len(batch) == 1:
                 results = [await self.predict(batch[0].request, batch[0].headers)]
@@ -101,7 +101,7 @@ class Batcher:
                 if not pending.future.done():
                     pending.future.set_exception(e)
             return
-        waited = queue_wait() - waited
+        waited = queue_wait() - waited_before
         for pending, result in zip(batch, results):
             if not pending.future.done():
                 pending.waited = started - pending.queued + waited

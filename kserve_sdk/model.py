@@ -205,7 +205,7 @@ class Model(InferenceModel):
             raise InvalidInput(f"model '{self.name}' streams its responses: call /v2/models/{self.name}/infer_stream "
                                "or generate_stream (REST), or ModelStreamInfer (gRPC)")
         batched = verb is not InferenceVerb.EXPLAIN and self.batches(payload)
-        waited = queue_wait()
+        waited_before = queue_wait()
         if verb is InferenceVerb.EXPLAIN:
             result = await call_stage(self.explain, payload, headers)
             stage = "explain_ms"
@@ -219,7 +219,7 @@ class Model(InferenceModel):
             statistics.record_execution(self.name)  # the batcher counts the calls it makes itself
         end = time.perf_counter()
         timings[stage] = (end - mid) * 1000
-        waited = queue_wait() - waited
+        waited = queue_wait() - waited_before
         if waited:  # for a model thread or a batch: Triton's queue time, inside the stage's time here
             timings["queue_ms"] = waited * 1000
         if self._overrides("postprocess"):
