@@ -12,22 +12,21 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import metrics, statistics
+from . import metrics
 from .errors import InferenceError
-from .executor import add_queue_wait, queue_wait
+from .lifecycle import Timings
 from .protocol.infer_type import InferInput, InferOutput, InferRequest, InferResponse
 
-Predict = Callable[[InferRequest, Dict[str, str]], Awaitable[Any]]
+Predict = Callable[[InferRequest, Dict[str, str], Timings], Awaitable[Any]]
 
 
 class _Pending:
-    __slots__ = ("request", "headers", "rows", "future", "queued", "waited")
+    __slots__ = ("request", "headers", "rows", "timings", "future", "queued")
 
-    def __init__(self, request: InferRequest, headers: Dict[str, str], rows: int):
-        self.request, self.headers, self.rows = request, headers, rows
+    def __init__(self, request: InferRequest, headers: Dict[str, str], rows: int, timings: Timings):
+        self.request, self.headers, self.rows, self.timings = request, headers, rows, timings
         self.future: asyncio.Future = asyncio.get_running_loop().create_future()
         self.queued = time.perf_counter()
-        self.waited = 0.0  # seconds until its batch ran, and the batch's wait for a model thread
 
 
 def _merge_key(request: InferRequest) -> Optional[Tuple]:
@@ -53,23 +52,24 @@ class Batcher:
         self._rows = 0
         self._timer: Optional[asyncio.TimerHandle] = None
 
-    async def submit(self, request: InferRequest, headers: Dict[str, str]) -> Any:
-        """Queue ``request``; returns its own slice of the batch's result."""
+    async def submit(self, request: InferRequest, headers: Dict[str, str], timings: Timings) -> Any:
+        """Queue ``request``; returns its own slice of the batch's result. The wait for the batch (and the
+        batch's wait for a model thread) is added to the call's ``timings``; the batch's one execution is
+        counted in its first request's."""
         key = _merge_key(request)
         rows = request.inputs[0].shape[0] if key is not None and request.inputs else 0
         if key is None or rows >= self.max_batch_size:
-            self._executing(1)
-            return await self.predict(request, headers)
-        pending = _Pending(request, headers, rows)
+            metrics.batch_formed(self.model_name, 1)
+            timings.executions += 1
+            return await self.predict(request, headers, timings)
+        pending = _Pending(request, headers, rows, timings)
         self._queue.append(pending)
         self._rows += rows
         if self._rows >= self.max_batch_size:
             self._flush()
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.max_latency, self._flush)
-        result = await pending.future
-        add_queue_wait(pending.waited)  # the batch ran in a task of its own: the wait is told to this one
-        return result
+        return await pending.future
 
     def _flush(self) -> None:
         if self._timer is not None:
@@ -83,28 +83,24 @@ class Batcher:
             for start in range(0, len(group), self.max_batch_size):
                 asyncio.ensure_future(self._run(group[start:start + self.max_batch_size]))
 
-    def _executing(self, size: int) -> None:
-        metrics.batch_formed(self.model_name, size)
-        statistics.record_execution(self.model_name)
-
     async def _run(self, batch: List[_Pending]) -> None:
-        self._executing(len(batch))
-        started, waited_before = time.perf_counter(), queue_wait()
+        metrics.batch_formed(self.model_name, len(batch))
+        batch[0].timings.executions += 1
+        started, own = time.perf_counter(), Timings()  # own: the batch's wait for a model thread
         try:
             if len(batch) == 1:
-                results = [await self.predict(batch[0].request, batch[0].headers)]
+                results = [await self.predict(batch[0].request, batch[0].headers, own)]
             else:
                 merged = merge_requests([p.request for p in batch])
-                results = split_result(await self.predict(merged, batch[0].headers), batch, self.model_name)
+                results = split_result(await self.predict(merged, batch[0].headers, own), batch, self.model_name)
         except BaseException as e:  # the batch's error is each of its requests' error
             for pending in batch:
                 if not pending.future.done():
                     pending.future.set_exception(e)
             return
-        waited = queue_wait() - waited_before
         for pending, result in zip(batch, results):
             if not pending.future.done():
-                pending.waited = started - pending.queued + waited
+                pending.timings.queue_s += started - pending.queued + own.queue_s
                 pending.future.set_result(result)
 
 

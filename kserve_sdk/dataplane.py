@@ -7,7 +7,6 @@ outputs) and latency logging are applied here once, for every protocol.
 import asyncio
 import functools
 import inspect
-import logging
 import time
 from contextlib import aclosing, contextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Tuple
@@ -17,13 +16,13 @@ import numpy as np
 from . import executor, metrics, statistics
 from .errors import (DeadlineExceeded, InferenceError, InvalidInput, ModelError, ModelNotFound, ModelNotReady,
                      ServerBusy, ServerNotReady, is_untyped)
-from .logging import log_info_fast, trace_logger
+from .lifecycle import Call, Timings, detached_timings, model_call_finished
 from .model import InferenceModel, InferenceVerb, Model
 from .model_repository import ModelRepository
 from .protocol.infer_type import InferRequest, InferResponse
 from .protocol.tensor import Tensor, in_shared_memory
 from .shared_memory import SharedMemoryRegistry, uses_shared_memory
-from .utils.utils import generate_uuid, get_predict_response
+from .utils.utils import get_predict_response
 
 try:
     from importlib.metadata import version as _pkg_version
@@ -153,13 +152,11 @@ class DataPlane:
             return False
         return True
 
-    @staticmethod
-    def request_id(headers: Dict[str, str]) -> str:
-        """The call's ``x-request-id``; one is made up (and added to ``headers``) when the client sent none."""
-        request_id = headers.get("x-request-id")
-        if request_id is None:
-            request_id = headers["x-request-id"] = generate_uuid()
-        return request_id
+    def open_call(self, protocol: str, endpoint: str, headers: Optional[Dict[str, str]] = None,
+                  model_name: Optional[str] = None) -> Call:
+        """Start the lifecycle of one call (see :mod:`kserve_sdk.lifecycle`): request id, in-flight gauge,
+        timings; ``headers`` are the request's, lowercase, as the model receives them."""
+        return Call(protocol, endpoint, headers, model_name, self.model_label)
 
     def model_label(self, name: Optional[str]) -> str:
         """The model name for metric labels: registered names only, so clients cannot mint labels."""
@@ -239,25 +236,28 @@ class DataPlane:
     # infer and explain hand back _call's coroutine rather than awaiting it in one of their own: one
     # coroutine less per call, and ``await dataplane.infer(...)`` reads the same.
     def infer(self, model_name: str, request: Any, headers: Optional[Dict[str, str]] = None,
-              model: Optional[InferenceModel] = None) -> Awaitable[Tuple[Any, Dict[str, str]]]:
+              model: Optional[InferenceModel] = None, call: Optional[Call] = None) -> Awaitable[Tuple[Any, Dict[str, str]]]:
         """Run a predict call (await it): ``request`` is a dict (v1) or an InferRequest (v2).
 
         Returns ``(response, response_headers)``. For v2, the response is an InferResponse carrying the
         request's output choices, or whatever dict/bytes the model returned. ``model`` is what
-        :meth:`ready_model` returned for this call, when the caller has asked already.
+        :meth:`ready_model` returned for this call, when the caller has asked already; ``call`` is the
+        adapter's :class:`~kserve_sdk.lifecycle.Call`, whose timings the stages fill.
         """
-        return self._call(model_name, request, headers, InferenceVerb.PREDICT, model)
+        return self._call(model_name, request, headers, InferenceVerb.PREDICT, model, call)
 
     def explain(self, model_name: str, request: Any, headers: Optional[Dict[str, str]] = None,
-                model: Optional[InferenceModel] = None) -> Awaitable[Tuple[Any, Dict[str, str]]]:
+                model: Optional[InferenceModel] = None, call: Optional[Call] = None) -> Awaitable[Tuple[Any, Dict[str, str]]]:
         """Run an explain call (await it); same shapes as :meth:`infer`."""
-        return self._call(model_name, request, headers, InferenceVerb.EXPLAIN, model)
+        return self._call(model_name, request, headers, InferenceVerb.EXPLAIN, model, call)
 
     async def _call(self, model_name: str, request: Any, headers: Optional[Dict[str, str]],
-                    verb: InferenceVerb, model: Optional[InferenceModel]) -> Tuple[Any, Dict[str, str]]:
+                    verb: InferenceVerb, model: Optional[InferenceModel],
+                    call: Optional[Call]) -> Tuple[Any, Dict[str, str]]:
         if model is None:
             model = await self.ready_model(model_name)
         headers = {} if headers is None else headers
+        timings = detached_timings(call)
         timeout, source = self.request_timeout_seconds, "--request_timeout_seconds"
         v2 = isinstance(request, InferRequest)
         if v2 and request.parameters:
@@ -271,19 +271,20 @@ class DataPlane:
         start = time.perf_counter_ns()
         try:
             if timeout is None:  # the common case: no deadline, no timer
-                response, response_headers, timings = await self._run_model(model, request, headers, verb)
+                response, response_headers = await self._run_model(model, request, headers, verb, timings)
             else:
-                response, response_headers, timings = await self._run_with_deadline(
-                    model, model_name, request, headers, verb, timeout, source)
+                response, response_headers = await self._run_with_deadline(
+                    model, model_name, request, headers, verb, timings, timeout, source)
         except BaseException as e:
-            statistics.record_failure(model_name, time.perf_counter_ns() - start)
+            model_call_finished(model_name, timings, time.perf_counter_ns() - start, False)
             error = model_error(model_name, e)
             if error is None:
                 raise
             raise error from e
         finally:
             self.end_request(model_name)
-        self._record(model_name, headers, timings, time.perf_counter_ns() - start)
+        model_call_finished(model_name, timings, time.perf_counter_ns() - start, True, headers,
+                            self.enable_latency_logging)
         if v2:
             response = self._as_v2_response(model_name, request, response)
             if shm and isinstance(response, InferResponse):
@@ -291,11 +292,11 @@ class DataPlane:
         return response, response_headers or {}
 
     async def _run_with_deadline(self, model: Any, model_name: str, request: Any, headers: Dict[str, str],
-                                 verb: InferenceVerb, timeout: float, source: str):
+                                 verb: InferenceVerb, timings: Timings, timeout: float, source: str):
         no_inline = executor.no_inline.set(True)  # sync stages stay on threads, where a deadline can leave them
         try:
             async with asyncio.timeout(timeout) as deadline:
-                return await self._run_model(model, request, headers, verb)
+                return await self._run_model(model, request, headers, verb, timings)
         except TimeoutError:
             if deadline.expired():
                 raise DeadlineExceeded(model_name, timeout, source) from None
@@ -304,31 +305,27 @@ class DataPlane:
             executor.no_inline.reset(no_inline)
 
     @staticmethod
-    def _run_model(model: Any, request: Any, headers: Dict[str, str],
-                   verb: InferenceVerb) -> Awaitable[Tuple[Any, Dict[str, str], Dict[str, float]]]:
+    def _run_model(model: Any, request: Any, headers: Dict[str, str], verb: InferenceVerb,
+                   timings: Timings) -> Awaitable[Tuple[Any, Dict[str, str]]]:
         if _is_pipeline_model(type(model)):
-            return model.run_pipeline(request, headers, verb)  # its coroutine, not one more around it
-        return DataPlane._run_callable(model, request, headers, verb)
+            return model.run_pipeline(request, headers, verb, timings)  # its coroutine, not one more around it
+        return DataPlane._run_callable(model, request, headers, verb, timings)
 
     @staticmethod
-    async def _run_callable(model: Any, request: Any, headers: Dict[str, str],
-                            verb: InferenceVerb) -> Tuple[Any, Dict[str, str], Dict[str, float]]:
+    async def _run_callable(model: Any, request: Any, headers: Dict[str, str], verb: InferenceVerb,
+                            timings: Timings) -> Tuple[Any, Dict[str, str]]:
         response, response_headers = await _maybe_await(model(request, headers=headers, verb=verb))
-        statistics.record_execution(model.name)
-        return response, response_headers, {}
-
-    def _record(self, model_name: str, headers: Dict[str, str], timings: Dict[str, float], total_ns: int) -> None:
-        statistics.record_success(model_name, timings, total_ns)
-        metrics.observe_stages(model_name, timings)
-        if timings and self.enable_latency_logging and trace_logger.isEnabledFor(logging.INFO):
-            self._log_latency(headers, timings)
+        timings.executions += 1
+        return response, response_headers
 
     async def stream(self, model_name: str, request: Any, headers: Dict[str, str],
-                     response_headers: Optional[Dict[str, str]] = None, protocol: str = "") -> AsyncIterator[Any]:
+                     response_headers: Optional[Dict[str, str]] = None, protocol: str = "",
+                     call: Optional[Call] = None) -> AsyncIterator[Any]:
         """One request in, the model's responses out (many when ``predict`` is an async generator).
 
         Errors before the first response are raised from the first ``__anext__``; the model's generator is
-        closed at once when the caller stops iterating (a client that went away).
+        closed at once when the caller stops iterating (a client that went away). ``call`` is the
+        adapter's :class:`~kserve_sdk.lifecycle.Call` (its protocol names the stream in metrics).
         """
         model = await self.ready_model(model_name)
         if isinstance(request, InferRequest) and uses_shared_memory(request):
@@ -337,15 +334,16 @@ class DataPlane:
                 raise InvalidInput("streamed responses cannot be written to shared memory: request the outputs "
                                    "without shared_memory_region")
         response_headers = {} if response_headers is None else response_headers
-        timings: Dict[str, float] = {}
+        timings = detached_timings(call)
         # a Model, or another InferenceModel with Model.stream's signature (kserve_sdk.ray.RayModel), streams
         streams = callable(getattr(model, "stream", None))
         items = model.stream(request, headers, response_headers, timings) if streams else None
+        protocol = call.protocol if call is not None else protocol
         async for item in self._count_stream(model_name, items, headers, protocol, timings, model, request):
             yield self._as_v2_response(model_name, request, item) if isinstance(request, InferRequest) else item
 
     async def stream_in(self, model_name: str, requests: AsyncIterator[Any], headers: Dict[str, str],
-                        protocol: str = "") -> AsyncIterator[Any]:
+                        protocol: str = "", call: Optional[Call] = None) -> AsyncIterator[Any]:
         """A stream of requests in, through the model's ``predict_stream``, responses out."""
         model = await self.ready_model(model_name)
         seen: List[Any] = [None]
@@ -356,14 +354,15 @@ class DataPlane:
                 yield request
 
         items = model.stream_in(remembered(), headers)
-        async for item in self._count_stream(model_name, items, headers, protocol, {}):
+        protocol = call.protocol if call is not None else protocol
+        async for item in self._count_stream(model_name, items, headers, protocol, detached_timings(call)):
             yield self._as_v2_response(model_name, seen[0], item) if isinstance(seen[0], InferRequest) else item
 
     async def _count_stream(self, model_name: str, items: Optional[AsyncIterator[Any]], headers: Dict[str, str],
-                            protocol: str, timings: Dict[str, float], model: Any = None,
+                            protocol: str, timings: Timings, model: Any = None,
                             request: Any = None) -> AsyncIterator[Any]:
         self.begin_request(model_name)
-        start, first, count = time.perf_counter(), None, 0
+        start, first, count, failed = time.perf_counter(), None, 0, False
         try:
             if items is None:  # a model that is not a Model subclass answers once
                 items = _single((await _maybe_await(model(request, headers=headers)))[0])
@@ -374,13 +373,17 @@ class DataPlane:
                             first = time.perf_counter() - start
                         count += 1
                         yield item
+        except Exception:  # a client that leaves (GeneratorExit, CancelledError) is no failure of the model
+            failed = True
+            raise
         finally:
             self.end_request(model_name)
             metrics.stream_finished(model_name, protocol, count, first)
             elapsed = time.perf_counter() - start
-            statistics.record_execution(model_name)  # one streaming predict, however many responses
+            timings.executions += 1  # one streaming predict, however many responses
             timings.setdefault("predict_ms", elapsed * 1000)
-            self._record(model_name, headers, timings, int(elapsed * 1e9))
+            model_call_finished(model_name, timings, int(elapsed * 1e9), not failed, headers,
+                                self.enable_latency_logging)
 
     @staticmethod
     def _as_v2_response(model_name: str, request: InferRequest, response: Any) -> Any:
@@ -404,14 +407,6 @@ class DataPlane:
         if isinstance(response, (dict, bytes, str)):
             return response
         raise InferenceError(f"model '{model_name}' returned {type(response).__name__}, not a v2 response")
-
-    @staticmethod
-    def _log_latency(headers: Dict[str, str], timings: Dict[str, float]) -> None:
-        log_info_fast(
-            trace_logger, "requestId: %s, preprocess_ms: %.3f, explain_ms: %.3f, predict_ms: %.3f, postprocess_ms: %.3f",
-            (headers.get("x-request-id", "N.A."), timings.get("preprocess_ms", 0.0), timings.get("explain_ms", 0.0),
-             timings.get("predict_ms", 0.0), timings.get("postprocess_ms", 0.0)),
-        )
 
     # --- repository ---------------------------------------------------------------------------------
     async def repository_index(self) -> List[Dict[str, str]]:

@@ -103,19 +103,6 @@ INLINE_AFTER = 16
 _inline_below_s = 0.001
 #: Set while a call has a deadline: a stage running on the loop could not be cancelled at the deadline.
 no_inline: "contextvars.ContextVar[bool]" = contextvars.ContextVar("kserve_sdk_no_inline", default=False)
-# Seconds the stages of the current task have waited for a model thread or for their batch, summed over
-# the task's life: a call reads it before and after its predict (Triton's queue time is the difference).
-_queue_wait: "contextvars.ContextVar[float]" = contextvars.ContextVar("kserve_sdk_queue_wait", default=0.0)
-
-
-def queue_wait() -> float:
-    """Seconds this task's stages have waited, so far, for a model thread or a batch (compare two reads)."""
-    return _queue_wait.get()
-
-
-def add_queue_wait(seconds: float) -> None:
-    """Count ``seconds`` of waiting for a model thread or a batch against the current task."""
-    _queue_wait.set(_queue_wait.get() + seconds)
 
 
 class _Pace:

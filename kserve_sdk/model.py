@@ -14,10 +14,11 @@ from enum import Enum
 from types import FunctionType, GeneratorType
 from typing import Any, AsyncIterator, Awaitable, Dict, List, Optional, Tuple, Union
 
-from . import context, statistics
+from . import context
 from .constants.constants import PredictorProtocol
 from .errors import InvalidInput
-from .executor import add_queue_wait, queue_wait, run_stage
+from .executor import run_stage
+from .lifecycle import Timings
 from .predictor_config import PredictorConfig
 from .protocol.infer_type import InferRequest
 
@@ -118,15 +119,16 @@ def _is_awaitable(value: Any) -> bool:
     return _awaitable_class(cls) or (cls is GeneratorType and inspect.isawaitable(value))
 
 
-async def call_stage(fn, *args) -> Any:
+async def call_stage(fn, *args, timings: Optional[Timings] = None) -> Any:
     """Run a user stage: ``async def`` on the loop, plain ``def`` on a model thread (or on the loop once
-    it has proved quick: see ``executor.run_stage``)."""
+    it has proved quick: see ``executor.run_stage``). Its wait for a thread is added to ``timings``."""
     if stage_kind(fn) == "async":
         return await fn(*args)
     result = run_stage(fn, *args)
     if isinstance(result, asyncio.Future):  # it went to the pool (asyncio.isfuture would build an error)
         result, waited = await result
-        add_queue_wait(waited)
+        if timings is not None:
+            timings.queue_s += waited
     if _is_awaitable(result):
         result = await result
     return result
@@ -184,16 +186,16 @@ class Model(InferenceModel):
     async def __call__(self, body: Any, headers: Optional[Dict[str, str]] = None,
                        verb: InferenceVerb = InferenceVerb.PREDICT) -> Tuple[Any, Dict[str, str]]:
         """Run preprocess -> predict (or explain) -> postprocess; return ``(response, response_headers)``."""
-        response, response_headers, _ = await self.run_pipeline(body, headers, verb)
+        response, response_headers = await self.run_pipeline(body, headers, verb, Timings())
         return response, response_headers
 
-    async def run_pipeline(self, body: Any, headers: Optional[Dict[str, str]],
-                           verb: InferenceVerb) -> Tuple[Any, Dict[str, str], Dict[str, float]]:
-        """The pipeline with each stage's duration in ms: ``(response, response_headers, timings)``."""
+    async def run_pipeline(self, body: Any, headers: Optional[Dict[str, str]], verb: InferenceVerb,
+                           timings: Timings) -> Tuple[Any, Dict[str, str]]:
+        """The pipeline: ``(response, response_headers)``; each stage's duration (ms), the wait for a
+        model thread or a batch and the executions go into the call's ``timings``."""
         headers = {} if headers is None else headers
         response_headers: Dict[str, str] = {}
         extra = (response_headers,) if self.return_response_headers else ()
-        timings: Dict[str, float] = {}
 
         start = time.perf_counter()
         # the stages a model does not override are skipped here, without a coroutine each
@@ -205,27 +207,23 @@ class Model(InferenceModel):
             raise InvalidInput(f"model '{self.name}' streams its responses: call /v2/models/{self.name}/infer_stream "
                                "or generate_stream (REST), or ModelStreamInfer (gRPC)")
         batched = verb is not InferenceVerb.EXPLAIN and self.batches(payload)
-        waited_before = queue_wait()
         if verb is InferenceVerb.EXPLAIN:
-            result = await call_stage(self.explain, payload, headers)
+            result = await call_stage(self.explain, payload, headers, timings=timings)
             stage = "explain_ms"
         elif batched:
-            result = await self._batching().submit(payload, headers)
+            result = await self._batching().submit(payload, headers, timings)
             stage = "predict_ms"
         else:
-            result = await call_stage(predict, payload, headers, *extra)
+            result = await call_stage(predict, payload, headers, *extra, timings=timings)
             stage = "predict_ms"
-        if not batched:
-            statistics.record_execution(self.name)  # the batcher counts the calls it makes itself
+        if not batched:  # the batcher counts the executions it makes
+            timings.executions += 1
         end = time.perf_counter()
         timings[stage] = (end - mid) * 1000
-        waited = queue_wait() - waited_before
-        if waited:  # for a model thread or a batch: Triton's queue time, inside the stage's time here
-            timings["queue_ms"] = waited * 1000
         if self._overrides("postprocess"):
             result = await call_stage(self.postprocess, result, headers, *extra)
         timings["postprocess_ms"] = (time.perf_counter() - end) * 1000
-        return result, response_headers, timings
+        return result, response_headers
 
     def batches(self, payload: Any) -> bool:
         """Whether this call goes through the adaptive batcher (v2 requests, batching on)."""
@@ -236,8 +234,8 @@ class Model(InferenceModel):
         if self._batcher is None:
             from .batching import Batcher
 
-            self._batcher = Batcher(self.name, lambda request, headers: call_stage(self.predict, request, headers),
-                                    int(self.max_batch_size), float(self.max_latency_ms))
+            self._batcher = Batcher(self.name, lambda request, headers, timings: call_stage(
+                self.predict, request, headers, timings=timings), int(self.max_batch_size), float(self.max_latency_ms))
         return self._batcher
 
     def _overrides(self, stage: str) -> bool:

@@ -49,11 +49,13 @@ def _counters_of(model_name: str) -> memoryview:
     return counters
 
 
-def record_success(model_name: str, timings: Dict[str, float], total_ns: int) -> None:
-    """A call that answered after ``total_ns``, with its stage timings in ms (its ``predict`` calls are
-    counted where they run: :func:`record_execution`)."""
+def record_success(model_name: str, timings: Any, total_ns: int) -> None:
+    """A call that answered after ``total_ns``, with its :class:`~kserve_sdk.lifecycle.Timings`: stage
+    durations in ms, the wait for a model thread or a batch (Triton's queue time, which KServe's
+    ``predict_ms`` includes and Triton's ``compute_infer`` does not) and the executions it made."""
     counters = _counters_of(model_name)
     counters[INFERENCES] += 1
+    counters[EXECUTIONS] += timings.executions
     counters[LAST] = time.time_ns() // 1_000_000
     counters[SUCCESS] += 1
     counters[SUCCESS_NS] += total_ns
@@ -63,24 +65,19 @@ def record_success(model_name: str, timings: Dict[str, float], total_ns: int) ->
         if slot is not None:
             counters[slot] += 1
             counters[slot + 1] += int(ms * 1e6)
-    queued_ms = timings.get("queue_ms")
-    if queued_ms:  # predict_ms holds the wait for a model thread or a batch: Triton counts it as queue time
-        queued_ns = int(queued_ms * 1e6)
+    queued_ns = int(timings.queue_s * 1e9)
+    if queued_ns:
         counters[QUEUE_NS] += queued_ns
         counters[INFER_NS] -= queued_ns
 
 
-def record_failure(model_name: str, total_ns: int) -> None:
-    """A call that failed after ``total_ns``."""
+def record_failure(model_name: str, total_ns: int, executions: int = 0) -> None:
+    """A call that failed after ``total_ns``, having run the model ``executions`` times."""
     counters = _counters_of(model_name)
     counters[FAIL] += 1
     counters[FAIL_NS] += total_ns
+    counters[EXECUTIONS] += executions
     counters[LAST] = time.time_ns() // 1_000_000
-
-
-def record_execution(model_name: str) -> None:
-    """The model's ``predict`` (or ``explain``) ran once, for one request or a batch of them."""
-    _counters_of(model_name)[EXECUTIONS] += 1
 
 
 def _totals(model_name: str) -> np.ndarray:

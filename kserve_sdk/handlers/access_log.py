@@ -5,8 +5,8 @@ from typing import Any, Dict, Mapping, Optional
 from tornado.httputil import HTTPServerRequest
 from tornado.web import RequestHandler
 
-from .. import metrics
 from ..dataplane import DataPlane
+from ..lifecycle import Call
 from ..logging import ACCESS_LOGGER_NAME, log_info_fast
 
 access_logger = logging.getLogger(ACCESS_LOGGER_NAME)
@@ -17,7 +17,8 @@ DEFAULT_ACCESS_LOG_FORMAT = '%(client)s "%(method)s %(path)s HTTP/%(http_version
 
 
 class RequestLog:
-    """Logs answered requests in ``--access_log_format`` and counts them in the request metrics."""
+    """Closes the call of every answered HTTP request (counting it in the request metrics) and logs it
+    in ``--access_log_format``: one place for the handlers, the fast path and the body limit."""
 
     def __init__(self, dataplane: DataPlane, access_log_format: Optional[str] = None):
         self.dataplane = dataplane
@@ -25,32 +26,32 @@ class RequestLog:
 
     def handler_finished(self, handler: RequestHandler) -> None:
         """Tornado's ``log_function``: called when a RequestHandler has answered."""
-        path_args = getattr(handler, "path_args", None)  # unset when the URL did not decode
-        self.finished(handler.request, handler.get_status(), handler._headers, getattr(handler, "protocol", "rest_v2"),
-                      getattr(handler, "endpoint", "other"), path_args[0] if path_args else None,
-                      getattr(handler, "in_flight_counted", False))
+        open_call = getattr(handler, "open_call", None)
+        if open_call is not None:
+            call = open_call()
+        else:  # a handler of Tornado's own (static files): counted all the same
+            call = self.dataplane.open_call(getattr(handler, "protocol", "rest_v2"), getattr(handler, "endpoint", "other"))
+        self.finished(call, handler.request, handler.get_status(), handler._headers)
 
-    def finished(self, request: HTTPServerRequest, status: int, response_headers: Mapping[str, str], protocol: str,
-                 endpoint: str, model_name: Optional[str], in_flight_counted: bool = True) -> None:
-        """A request was answered with ``status`` and ``response_headers``."""
-        duration = request.request_time()
-        model = self.dataplane.model_label(model_name)
-        metrics.request_finished(model, protocol, endpoint, str(status), duration, started=in_flight_counted)
-        if access_logger.isEnabledFor(logging.INFO):
-            fields = access_log_fields(request, status, response_headers, protocol, endpoint, model, duration)
+    def finished(self, call: Call, request: HTTPServerRequest, status: int, response_headers: Mapping[str, str]) -> None:
+        """``request``'s answer went out with ``status`` and ``response_headers``: its call closes here."""
+        duration = call.close(str(status))
+        if duration is not None and access_logger.isEnabledFor(logging.INFO):  # once per call
+            fields = access_log_fields(request, status, response_headers, call, duration)
             try:
                 log_info_fast(access_logger, self.format, fields)
             except (KeyError, ValueError, TypeError) as e:
                 access_logger.info("bad --access_log_format %r: %s", self.format, e)
 
 
-def access_log_fields(request: HTTPServerRequest, status: int, response_headers: Mapping[str, str], protocol: str,
-                      endpoint: str, model: str, duration: float) -> Dict[str, Any]:
+def access_log_fields(request: HTTPServerRequest, status: int, response_headers: Mapping[str, str], call: Call,
+                      duration: float) -> Dict[str, Any]:
     """The named fields an access log format can use."""
+    protocol, endpoint, model = call.protocol, call.endpoint, call.model_label
     return {
         "client": request.remote_ip, "method": request.method, "path": request.path, "query": request.query,
         "status": status, "bytes": response_headers.get("Content-Length", "-"),
-        "duration_ms": duration * 1000, "request_id": response_headers.get("x-request-id", "-"),
+        "duration_ms": duration * 1000, "request_id": call.request_id,
         "protocol": protocol, "endpoint": endpoint, "model": model or "-",
         "http_version": request.version.rpartition("/")[2], "user_agent": request.headers.get("User-Agent", "-"),
     }

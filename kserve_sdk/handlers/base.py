@@ -1,29 +1,22 @@
-"""What every HTTP handler shares: JSON answers, the ``{"error": ...}`` shape, request headers, and
-cancelling the work of a client that went away."""
+"""What every HTTP handler shares: the call's lifecycle (opened in ``prepare``, closed when the answer is
+logged), JSON answers, the ``{"error": ...}`` shape, request headers, and cancelling the work of a client
+that went away."""
 import asyncio
 import functools
-import logging
 import zlib
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Optional
 
 from tornado.httputil import HTTPHeaders
 from tornado.web import HTTPError, RequestHandler
 
 from ..dataplane import DataPlane
 from .. import metrics
-from ..errors import InferenceError, InvalidInput, PayloadTooLarge, status_of
-from ..logging import logger
+from ..errors import InferenceError, InvalidInput, PayloadTooLarge
+from ..lifecycle import Call
 from ..protocol.rest_codec import dumps
+from .responder import JSON, SERVER, Reply, error_reply, header_text
 
-JSON = "application/json"
-
-
-class Reply(NamedTuple):
-    """An answer apart from its transport: the body, its content type and the other response headers."""
-
-    body: bytes
-    content_type: str
-    headers: Dict[str, str]
+__all__ = ["BaseHandler", "JSON", "Reply", "cancel_on_disconnect", "encoded", "lowercase_headers"]
 
 
 def cancel_on_disconnect(method):
@@ -32,14 +25,15 @@ def cancel_on_disconnect(method):
 
     @functools.wraps(method)
     async def wrapper(self: "BaseHandler", *args: Any) -> None:
-        self._work_task = asyncio.current_task()
+        call = self.open_call()
+        call.watch(asyncio.current_task())
         try:
             await method(self, *args)
         except asyncio.CancelledError:
-            if not self._client_gone:
+            if not call.gone:
                 raise
         finally:
-            self._work_task = None
+            call.watch(None)
 
     return wrapper
 
@@ -47,21 +41,6 @@ def cancel_on_disconnect(method):
 def lowercase_headers(headers: HTTPHeaders) -> Dict[str, str]:
     """Request headers as one mutable dict with lowercase names: what models receive."""
     return {name.lower(): value for name, value in headers.get_all()}
-
-
-def error_reply(exc: BaseException) -> Tuple[int, bytes, Dict[str, str]]:
-    """The status, ``{"error": ...}`` body and extra headers answering an exception."""
-    status, message = status_of(exc)
-    retry_after = getattr(exc, "retry_after", None)
-    return status, dumps({"error": message}), ({} if retry_after is None else {"Retry-After": str(retry_after)})
-
-
-def log_failure(method: str, path: str, status: int, exc: BaseException) -> None:
-    """Log a failed request: a server fault (5xx but 501 / 503) with its traceback, others in one INFO line."""
-    if status >= 500 and status != 501 and status != 503:
-        logger.error("%s %s failed: %s", method, path, exc, exc_info=exc)
-    elif logger.isEnabledFor(logging.INFO):
-        logger.info("%s %s -> %d: %s", method, path, status, exc)
 
 
 def encoded(model_name: str, encode, *args: Any):
@@ -76,19 +55,36 @@ def encoded(model_name: str, encode, *args: Any):
 
 
 class BaseHandler(RequestHandler):
-    """A handler bound to the data plane; any exception becomes a JSON error with its own status."""
+    """A handler bound to the data plane; any exception becomes a JSON error with its own status.
+
+    Its :class:`~kserve_sdk.lifecycle.Call` (``self.call``) opens in ``prepare`` and closes when Tornado
+    logs the answer (http.py's ``log_function``), whatever the status.
+    """
 
     protocol = "rest_v2"  # metric and access-log labels
     endpoint = "other"
-    _work_task: Optional[asyncio.Task] = None
-    _client_gone = False
+    call: Optional[Call] = None
 
     def initialize(self, dataplane: DataPlane) -> None:
         self.dataplane = dataplane
 
+    def open_call(self) -> Call:
+        """This request's call, opened now if ``prepare`` has not run (a URL that did not decode)."""
+        if self.call is None:
+            path_args = getattr(self, "path_args", None)
+            self.call = self.dataplane.open_call(self.protocol, self.endpoint, lowercase_headers(self.request.headers),
+                                                 path_args[0] if path_args else None)
+            self.set_header("x-request-id", self.call.request_id)
+        return self.call
+
+    def set_default_headers(self) -> None:
+        # also after clear(), which an error answer starts with: its request id stays
+        self.set_header("Server", SERVER)
+        if self.call is not None:
+            self.set_header("x-request-id", self.call.request_id)
+
     def prepare(self) -> None:
-        metrics.request_started(self.protocol)
-        self.in_flight_counted = True
+        self.open_call()
         if self.request.headers.get("Content-Encoding", "").lower() == "deflate":
             self._inflate_body()
 
@@ -109,29 +105,23 @@ class BaseHandler(RequestHandler):
         raise InvalidInput("the request body is not valid deflate data")
 
     def on_connection_close(self) -> None:
-        self._client_gone = True
-        task = self._work_task
-        if task is not None and not task.done():
-            task.cancel()
+        if self.call is not None:
+            self.call.client_left()
 
     def compute_etag(self) -> Optional[str]:
         # Inference answers are never cached; hashing every body would only cost time.
         return None
 
     def request_headers(self) -> Dict[str, str]:
-        """The request headers as one mutable dict with lowercase names (what models receive).
-
-        The request's ``x-request-id`` is echoed in the response; one is made up when there is none.
-        """
-        headers = lowercase_headers(self.request.headers)
-        self.set_header("x-request-id", self.dataplane.request_id(headers))
-        return headers
+        """The request headers as one mutable dict with lowercase names (what models receive), holding the
+        call's ``x-request-id``."""
+        return self.open_call().headers
 
     def send_body(self, body: bytes, content_type: str = JSON, headers: Optional[Dict[str, str]] = None) -> None:
         """Finish with ``body``; ``headers`` are extra response headers (e.g. set by the model)."""
         if headers:
             for name, value in headers.items():
-                self.set_header(name, value)
+                self.set_header(name, header_text(name, value))
         self.set_header("Content-Type", content_type)
         self.finish(body)
 
@@ -145,19 +135,17 @@ class BaseHandler(RequestHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
-        if isinstance(exc, HTTPError):
-            message = exc.log_message or self._reason
-        elif exc is not None:
-            status_code, body, headers = error_reply(exc)
-            self.set_status(status_code)
-            return self.send_body(body, JSON, headers)
-        else:
-            message = self._reason
-        self.send_json({"error": message})
+        if isinstance(exc, HTTPError) or exc is None:  # Tornado's own (no route, bad method, bad URL)
+            message = (exc.log_message if exc is not None else None) or self._reason
+            return self.send_json({"error": message})
+        status, reply = error_reply(self.open_call(), exc, f"{self.request.method} {self.request.path}")
+        self.set_status(status)
+        self.send_reply(reply)
 
     def log_exception(self, typ, value, tb) -> None:
-        status = value.status_code if isinstance(value, HTTPError) else status_of(value)[0]
-        log_failure(self.request.method, self.request.path, status, value)
+        # write_error logs the failure, through the call, by the rule every protocol shares
+        if isinstance(value, HTTPError) and value.log_message and value.status_code >= 500:
+            super().log_exception(typ, value, tb)
 
 
 class NotFoundHandler(BaseHandler):

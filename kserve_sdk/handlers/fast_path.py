@@ -1,165 +1,128 @@
 """Inference requests answered without a RequestHandler.
 
 A RequestHandler does much per request that an inference call never uses (its own header object,
-output transforms, cookies and XSRF hooks, a regular-expression walk over every route). For a POST to
-``/v2/models/<m>[/versions/<v>]/infer`` or ``/v1/models/<m>:predict`` / ``:explain`` the application's
-router hands Tornado this module's delegate instead: it gathers the body, calls inference.py (the same
-functions the handlers call) and writes the answer with one ``write_headers``. Anything unusual (another
-method, a %-escaped path, a deflate body, a v1 model whose predict streams) goes to the RequestHandlers.
+output transforms, cookies and XSRF hooks, a regular-expression walk over every route). For the routes
+of the table whose handler has a ``fast_answer`` (``POST /v2/models/<m>[/versions/<v>]/infer``,
+``/v1/models/<m>:predict`` and ``:explain``) the application's router hands Tornado this module's
+delegate instead: it gathers the body, calls the same function the handler calls and writes the answer
+with one ``write_headers``, built by responder.py as every answer is. Anything unusual (another method,
+a %-escaped path, a deflate body, a v1 model whose predict streams) goes to the RequestHandlers.
 """
 import asyncio
-import datetime
-import gzip
-import numbers
 import re
-import time
-from email.utils import formatdate
-from functools import partial
-from typing import Any, Awaitable, Callable, List, Optional, Tuple
+from typing import Any, Awaitable, Callable, List, Optional, Sequence, Tuple
 
 from tornado import httputil
 from tornado.httputil import HTTPHeaders, HTTPMessageDelegate, HTTPServerRequest, ResponseStartLine
 
-from .. import metrics
 from ..dataplane import DataPlane
+from ..lifecycle import Call
 from .access_log import RequestLog
-from .base import JSON, Reply, error_reply, log_failure
-from .inference import call_v1, infer_v2
+from .base import lowercase_headers
+from .responder import Reply, answer_headers, error_reply
 
-_ROUTE = re.compile(r"/v2/models/([^/%]+?)(?:/versions/([^/%]+))?/infer|/v1/models/([^/%]+?):(predict|explain)")
-#: gzip answers as Tornado's ``compress_response`` does: JSON or text of at least 1 KiB, level 6.
-GZIP_MIN_LENGTH, GZIP_LEVEL = 1024, 6
+Answer = Callable[[Call, bytes, HTTPHeaders], Awaitable[Reply]]
 
 
 class FastPath:
-    """Chooses the requests served here and holds what their delegates share."""
+    """Chooses the requests served here (from the route table) and holds what their delegates share."""
 
-    def __init__(self, dataplane: DataPlane, request_log: RequestLog, compress_response: bool):
+    def __init__(self, dataplane: DataPlane, request_log: RequestLog, compress_response: bool,
+                 routes: Sequence[Tuple[str, Any]]):
         self.dataplane = dataplane
         self.request_log = request_log
         self.compress_response = compress_response
+        fast = [(pattern, handler) for pattern, handler in routes if hasattr(handler, "fast_answer")]
+        # One regular expression for all of them: an alternative per route, told apart by its first group.
+        self._route = re.compile("|".join(f"(?:{pattern})" for pattern, _ in fast))
+        self._handlers: List[Tuple[int, int, Any]] = []
+        first = 1
+        for pattern, handler in fast:
+            groups = re.compile(pattern).groups
+            self._handlers.append((first, first + groups, handler))
+            first += groups
 
     def delegate_for(self, request: HTTPServerRequest) -> Optional[HTTPMessageDelegate]:
         """A delegate answering ``request``, or None when the RequestHandlers should."""
         if request.method != "POST" or "Content-Encoding" in request.headers:  # gzip bodies arrive undone
             return None
-        match = _ROUTE.fullmatch(request.path)
+        path = request.path
+        match = self._route.fullmatch(path) if "%" not in path else None
         if match is None:
             return None
-        v2_name, version, v1_name, verb = match.groups()
-        if v2_name is not None:
-            return InferenceCall(self, request, partial(infer_v2, self.dataplane, v2_name, version),
-                                 "rest_v2", "infer", v2_name)
-        model = self.dataplane.model_registry.get_model(v1_name)
-        if verb == "predict" and getattr(model, "streams_responses", bool)():
-            return None
-        return InferenceCall(self, request, partial(call_v1, self.dataplane, verb, v1_name), "rest_v1", verb, v1_name)
+        groups = match.groups()
+        for first, end, handler in self._handlers:
+            if groups[first - 1] is not None:
+                args = groups[first - 1:end - 1]
+                answer = handler.fast_answer(self.dataplane, *args)
+                return None if answer is None else InferenceCall(self, request, answer, handler, args[0])
+        return None
+
+    def labels_of(self, path: str) -> Tuple[str, str, Optional[str]]:
+        """The protocol, endpoint and model of a request to ``path`` as metrics name them, for an answer
+        given before any handler is chosen (the body limit's 413)."""
+        match = self._route.fullmatch(path)
+        if match is not None:
+            groups = match.groups()
+            for first, _, handler in self._handlers:
+                if groups[first - 1] is not None:
+                    return handler.protocol, handler.endpoint, groups[first - 1]
+        return ("rest_v1" if path.startswith("/v1/") else "rest_v2"), "other", None
 
 
 class InferenceCall(HTTPMessageDelegate):
-    """One inference request: its body is gathered, then ``call(body, headers)`` is answered.
+    """One inference request: its body is gathered, then its call opens (as a handler's does in
+    ``prepare``) and ``answer(call, body, headers)`` is sent.
 
     A client that closes its connection while the call runs cancels it (the model's coroutine sees
-    CancelledError), as ``cancel_on_disconnect`` does for handlers.
+    CancelledError), through the call's lifecycle, as for the handlers.
     """
 
-    __slots__ = ("_fast", "_request", "_call", "_protocol", "_endpoint", "_model", "_chunks", "_task", "_gone")
+    __slots__ = ("_fast", "_request", "_answer", "_handler", "_model", "_call", "_chunks")
 
-    def __init__(self, fast: FastPath, request: HTTPServerRequest, call: Callable[[bytes, HTTPHeaders], Awaitable[Reply]],
-                 protocol: str, endpoint: str, model: str):
-        self._fast, self._request, self._call = fast, request, call
-        self._protocol, self._endpoint, self._model = protocol, endpoint, model
+    def __init__(self, fast: FastPath, request: HTTPServerRequest, answer: Answer, handler: Any, model: str):
+        self._fast, self._request, self._answer, self._handler, self._model = fast, request, answer, handler, model
+        self._call: Optional[Call] = None
         self._chunks: List[bytes] = []
-        self._task: Optional[asyncio.Task] = None
-        self._gone = False
 
     def data_received(self, chunk: bytes) -> None:
         self._chunks.append(chunk)
 
     def finish(self) -> None:
-        chunks = self._chunks
+        chunks, request, handler = self._chunks, self._request, self._handler
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._chunks = []
-        self._task = asyncio.get_running_loop().create_task(self._answer(body))
+        self._call = call = self._fast.dataplane.open_call(handler.protocol, handler.endpoint,
+                                                           lowercase_headers(request.headers), self._model)
+        call.watch(asyncio.get_running_loop().create_task(self._run(body)))
         # Tornado watches the connection while an answer is pending; this asks it to tell us too.
-        self._request.connection.set_close_callback(self.on_connection_close)
+        request.connection.set_close_callback(call.client_left)
 
     def on_connection_close(self) -> None:
-        self._gone = True
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
+        if self._call is not None:
+            self._call.client_left()
 
-    async def _answer(self, body: bytes) -> None:
-        metrics.request_started(self._protocol)
-        request = self._request
+    async def _run(self, body: bytes) -> None:
+        request, call = self._request, self._call
         try:
-            reply = await self._call(body, request.headers)
+            reply = await self._answer(call, body, request.headers)
         except asyncio.CancelledError:
-            if not self._gone:
+            if not call.gone:
                 raise
-            return self._fast.request_log.finished(request, 499, {}, self._protocol, self._endpoint, self._model)
+            return self._fast.request_log.finished(call, request, 499, {})
         except Exception as exc:  # noqa: BLE001 - every failure is answered, as RequestHandler does
-            status, error, headers = error_reply(exc)
-            log_failure(request.method, request.path, status, exc)
-            return self._send(status, Reply(error, JSON, headers))
+            return self._send(*error_reply(call, exc, f"{request.method} {request.path}"))
         self._send(200, reply)
 
     def _send(self, status: int, reply: Reply) -> None:
-        connection = self._request.connection
+        request, call = self._request, self._call
         try:
-            headers, body = self._headers_and_body(reply)
-            connection.write_headers(ResponseStartLine("HTTP/1.1", status, httputil.responses.get(status, "Unknown")),
-                                     headers, body)
+            headers, body = answer_headers(call, request, status, reply, self._fast.compress_response)
         except (ValueError, TypeError) as e:  # a header the model set cannot be sent; nothing was written yet
-            status, body, _ = error_reply(e)
-            log_failure(self._request.method, self._request.path, status, e)
-            headers = HTTPHeaders({"Content-Type": JSON, "Date": http_date(), "Content-Length": str(len(body))})
-            connection.write_headers(ResponseStartLine("HTTP/1.1", status, "Internal Server Error"), headers, body)
+            status, reply = error_reply(call, e, f"{request.method} {request.path}")
+            headers, body = answer_headers(call, request, status, reply, False)
+        connection = request.connection
+        connection.write_headers(ResponseStartLine("HTTP/1.1", status, httputil.responses.get(status, "Unknown")),
+                                 headers, body)
         connection.finish()
-        self._fast.request_log.finished(self._request, status, headers, self._protocol, self._endpoint, self._model)
-
-    def _headers_and_body(self, reply: Reply) -> Tuple[HTTPHeaders, bytes]:
-        headers = HTTPHeaders()
-        for name, value in reply.headers.items():
-            text = value if isinstance(value, str) else header_text(value)
-            if "\r" in text or "\n" in text:
-                raise ValueError(f"the response header {name!r} holds a line break: {text!r}")
-            headers[name] = text
-        headers["Content-Type"] = reply.content_type
-        headers["Date"] = http_date()
-        body = self._maybe_gzip(reply.body, headers) if self._fast.compress_response else reply.body
-        headers["Content-Length"] = str(len(body))
-        return headers, body
-
-    def _maybe_gzip(self, body: bytes, headers: HTTPHeaders) -> bytes:
-        headers["Vary"] = "Accept-Encoding"
-        content_type = headers["Content-Type"].split(";", 1)[0]
-        if (len(body) >= GZIP_MIN_LENGTH and (content_type == JSON or content_type.startswith("text/"))
-                and "gzip" in self._request.headers.get("Accept-Encoding", "")
-                and "Content-Encoding" not in headers):
-            headers["Content-Encoding"] = "gzip"
-            return gzip.compress(body, GZIP_LEVEL)
-        return body
-
-
-def header_text(value: Any) -> str:
-    """A header value a model set, as text (numbers, bytes and datetimes as RequestHandler.set_header takes)."""
-    if isinstance(value, bytes):
-        return value.decode("latin1")
-    if isinstance(value, numbers.Integral):
-        return str(value)
-    if isinstance(value, datetime.datetime):
-        return httputil.format_timestamp(value)
-    raise TypeError(f"unsupported header value {value!r}")
-
-
-_date_second, _date_text = 0, ""
-
-
-def http_date() -> str:
-    """The ``Date`` header's value, formatted once a second."""
-    global _date_second, _date_text
-    now = int(time.time())
-    if now != _date_second:
-        _date_second, _date_text = now, formatdate(now, usegmt=True)
-    return _date_text
+        self._fast.request_log.finished(call, request, status, headers)

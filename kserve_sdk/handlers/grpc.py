@@ -3,19 +3,18 @@
 Errors are answered with the status code their type names (NOT_FOUND, UNAVAILABLE, INVALID_ARGUMENT,
 UNIMPLEMENTED, INTERNAL) and the same message REST gives.
 """
+import asyncio
 import functools
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict
+from typing import Any, AsyncIterator, Callable, Dict, Tuple
 
 import grpc
 from google.protobuf import json_format
 
-from .. import metrics
 from ..dataplane import DataPlane
-from ..errors import InferenceError, InvalidInput, grpc_code_of, status_of
-from ..logging import logger
+from ..errors import InferenceError, InvalidInput
+from ..lifecycle import Call, Failure
 from ..protocol.grpc import grpc_predict_v2_pb2 as pb
 from ..protocol.grpc.convert import Undecodable, infer_request_from_grpc, infer_response_to_grpc, tolerant_parser
 from ..protocol.grpc.grpc_predict_v2_pb2_grpc import (
@@ -23,40 +22,38 @@ from ..protocol.grpc.grpc_predict_v2_pb2_grpc import (
 )
 from ..protocol.infer_type import InferResponse
 from ..protocol.rest_codec import decode_infer_response
+from ..utils.utils import generate_uuid
 
 
-def _status(exc: BaseException) -> grpc.StatusCode:
-    return grpc.StatusCode[grpc_code_of(exc)]
-
-
-def _message(exc: BaseException) -> str:
-    """The client-facing message: the one REST gives (e.g. "RuntimeError : kaboom" for a model's bug)."""
-    return status_of(exc)[1]
+def error_metadata(call: Call, failure: Failure) -> Tuple[Tuple[str, str], ...]:
+    """The trailing metadata of an error answer: the call's request id and, for a busy server, Retry-After."""
+    request_id = (("x-request-id", call.request_id),)
+    return request_id if failure.retry_after is None else (*request_id, ("retry-after", str(failure.retry_after)))
 
 
 def answers_errors(method):
-    """Turn any exception of a unary RPC into an aborted call with its status code and message,
-    and count the call in the request metrics."""
+    """Run a unary RPC inside its call's lifecycle (the method receives the :class:`Call` last): any
+    exception aborts the call with its status code, message and request id."""
+    endpoint = method.__name__
 
     @functools.wraps(method)
     async def wrapper(self, request, context):
-        start = time.perf_counter()
-        metrics.request_started("grpc")
-        code = grpc.StatusCode.OK
+        model_name = getattr(request, "model_name", None) or getattr(request, "name", None)
+        call = self.dataplane.open_call("grpc", endpoint, request_headers(context), model_name)
+        code = "OK"
         try:
             if isinstance(request, Undecodable):
                 raise InvalidInput(request.reason)
-            return await method(self, request, context)
+            return await method(self, request, context, call)
+        except asyncio.CancelledError:  # the client went away (grpc.aio cancels the RPC's task)
+            code = "CANCELLED"
+            raise
         except Exception as e:  # every error answers the client; the server goes on
-            code = _status(e)
-            if code is grpc.StatusCode.INTERNAL:
-                logger.error("gRPC %s failed: %s", method.__name__, e, exc_info=e)
-            retry_after = getattr(e, "retry_after", None)
-            await context.abort(code, _message(e),
-                                trailing_metadata=(("retry-after", str(retry_after)),) if retry_after else ())
+            failure = call.failed(e, f"gRPC {endpoint}")
+            code = failure.grpc_code
+            await context.abort(grpc.StatusCode[code], failure.message, trailing_metadata=error_metadata(call, failure))
         finally:
-            model = self.dataplane.model_label(getattr(request, "model_name", None) or getattr(request, "name", None))
-            metrics.request_finished(model, "grpc", method.__name__, code.name, time.perf_counter() - start)
+            call.close(code)
 
     return wrapper
 
@@ -100,6 +97,24 @@ def _stream_message(item: Any, request):
     return message
 
 
+async def _within(call: Call, messages: AsyncIterator[Any], error_answer: Callable[[str], Any]) -> AsyncIterator[Any]:
+    """A streamed answer inside its call's lifecycle: a failure becomes the stream's last message
+    (``error_answer(message)``), and the stream of the RPC goes on; the call closes with its status."""
+    code = "OK"
+    try:
+        async for message in messages:
+            yield message
+    except Exception as e:
+        failure = call.failed(e, "gRPC ModelStreamInfer")
+        code = failure.grpc_code
+        yield error_answer(failure.message)
+    except BaseException:  # the client went away (the RPC was cancelled, or the stream closed early)
+        code = "CANCELLED"
+        raise
+    finally:
+        call.close(code)
+
+
 class InferenceServicer(GRPCInferenceServiceServicer):
     """Adapts the v2 gRPC service to the data plane."""
 
@@ -107,25 +122,25 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         self.dataplane = dataplane
 
     @answers_errors
-    async def ServerLive(self, request, context):
+    async def ServerLive(self, request, context, call):
         await self.dataplane.live()
         return pb.ServerLiveResponse(live=True)
 
     @answers_errors
-    async def ServerReady(self, request, context):
+    async def ServerReady(self, request, context, call):
         return pb.ServerReadyResponse(ready=await self.dataplane.ready())
 
     @answers_errors
-    async def ModelReady(self, request, context):
+    async def ModelReady(self, request, context, call):
         return pb.ModelReadyResponse(ready=await self.dataplane.model_ready(request.name))
 
     @answers_errors
-    async def ServerMetadata(self, request, context):
+    async def ServerMetadata(self, request, context, call):
         meta = self.dataplane.metadata()
         return pb.ServerMetadataResponse(name=meta["name"], version=meta["version"], extensions=meta["extensions"])
 
     @answers_errors
-    async def ModelMetadata(self, request, context):
+    async def ModelMetadata(self, request, context, call):
         meta = await self.dataplane.model_metadata(request.name, request.version or None)
 
         def tensors(items):
@@ -136,27 +151,29 @@ class InferenceServicer(GRPCInferenceServiceServicer):
                                         inputs=tensors(meta["inputs"]), outputs=tensors(meta["outputs"]))
 
     @answers_errors
-    async def ModelInfer(self, request, context):
+    async def ModelInfer(self, request, context, call):
         model = await self.dataplane.ready_model(request.model_name)  # NOT_FOUND before decoding the tensors
         infer_request = infer_request_from_grpc(request)
-        headers = request_headers(context)
-        request_id = self.dataplane.request_id(headers)
-        response, response_headers = await self.dataplane.infer(request.model_name, infer_request, headers, model)
-        trailing = [(k.lower(), str(v)) for k, v in response_headers.items()]
-        trailing.append(("x-request-id", request_id))
-        context.set_trailing_metadata(tuple(trailing))
+        response, response_headers = await self.dataplane.infer(request.model_name, infer_request, call.headers,
+                                                                model, call)
+        trailing = [(k.lower(), str(v)) for k, v in response_headers.items()] if response_headers else []
+        trailing.append(("x-request-id", call.request_id))
+        context.set_trailing_metadata(trailing)
         return to_infer_response_message(response, request.model_name)
 
     async def ModelStreamInfer(self, request_iterator, context):
         """Answer each request of the call in order, all of a streaming model's responses tagged with the
         request's id; a failed request gets ``error_message`` and the stream goes on. A model that
-        consumes streams (``predict_stream``) receives the call's requests as one iterator."""
+        consumes streams (``predict_stream``) receives the call's requests as one iterator.
+
+        Each request is a call of its own (counted, timed, in flight while it is answered), all with the
+        RPC's request id, which the initial metadata returns."""
         headers = request_headers(context)
-        self.dataplane.request_id(headers)
+        request_id = headers.setdefault("x-request-id", generate_uuid())
+        await context.send_initial_metadata((("x-request-id", request_id),))
         requests = request_iterator.__aiter__()
-        try:
-            first = await requests.__anext__()
-        except StopAsyncIteration:
+        first = await anext(requests, None)
+        if first is None:
             return
         model = self.dataplane.model_registry.get_model(first.model_name)
         if model is not None and getattr(model, "streams_requests", bool)():
@@ -169,71 +186,64 @@ class InferenceServicer(GRPCInferenceServiceServicer):
                 yield message
             pending = await anext(requests, None)
 
-    async def _stream_one(self, request, headers: Dict[str, str]):
-        start, code = time.perf_counter(), grpc.StatusCode.OK
-        try:
-            items = self.dataplane.stream(request.model_name, infer_request_from_grpc(request), headers,
-                                          protocol="grpc")
+    def _stream_one(self, request, headers: Dict[str, str]):
+        call = self.dataplane.open_call("grpc", "ModelStreamInfer", headers, request.model_name)
+
+        async def answers():  # decoding inside the call: a bad request is answered like a model's failure
+            items = self.dataplane.stream(request.model_name, infer_request_from_grpc(request), headers, call=call)
             async for item in items:
                 yield _stream_message(item, request)
-        except Exception as e:
-            code = _status(e)
-            if code is grpc.StatusCode.INTERNAL:
-                logger.error("gRPC ModelStreamInfer failed: %s", e, exc_info=e)
-            yield pb.ModelStreamInferResponse(error_message=_message(e),
-                                              infer_response=_tagged(pb.ModelInferResponse(), request))
-        finally:
-            metrics.request_finished(self.dataplane.model_label(request.model_name), "grpc", "ModelStreamInfer",
-                                     code.name, time.perf_counter() - start, started=False)
 
-    async def _stream_in(self, first, requests, headers: Dict[str, str]):
+        return _within(call, answers(), lambda message: pb.ModelStreamInferResponse(
+            error_message=message, infer_response=_tagged(pb.ModelInferResponse(), request)))
+
+    def _stream_in(self, first, requests, headers: Dict[str, str]):
         async def decoded():
             yield infer_request_from_grpc(first)
             async for request in requests:
                 yield infer_request_from_grpc(request)
 
-        try:
-            async for item in self.dataplane.stream_in(first.model_name, decoded(), headers, protocol="grpc"):
-                yield _stream_message(item, first)
-        except Exception as e:
-            yield pb.ModelStreamInferResponse(error_message=_message(e))
+        call = self.dataplane.open_call("grpc", "ModelStreamInfer", headers, first.model_name)
+        items = self.dataplane.stream_in(first.model_name, decoded(), headers, call=call)
+        return _within(call, (_stream_message(item, first) async for item in items),
+                       lambda message: pb.ModelStreamInferResponse(error_message=message))
 
     @answers_errors
-    async def RepositoryIndex(self, request, context):
+    async def RepositoryIndex(self, request, context, call):
         entries = await self.dataplane.repository_index()
         return pb.RepositoryIndexResponse(models=[
             pb.RepositoryIndexResponse.ModelIndex(name=e["name"], state=e["state"], reason=e.get("reason", ""))
             for e in entries if not request.ready or e["state"] == "READY"])
 
     @answers_errors
-    async def RepositoryModelLoad(self, request, context):
+    async def RepositoryModelLoad(self, request, context, call):
         await self.dataplane.load(request.model_name)
         return pb.RepositoryModelLoadResponse()
 
     @answers_errors
-    async def RepositoryModelUnload(self, request, context):
+    async def RepositoryModelUnload(self, request, context, call):
         await self.dataplane.unload(request.model_name)
         return pb.RepositoryModelUnloadResponse()
 
     @answers_errors
-    async def ModelStatistics(self, request, context):
+    async def ModelStatistics(self, request, context, call):
         stats = self.dataplane.model_statistics(request.name, request.version)
         return json_format.ParseDict(stats, pb.ModelStatisticsResponse(), ignore_unknown_fields=True)
 
     @answers_errors
-    async def SystemSharedMemoryStatus(self, request, context):
+    async def SystemSharedMemoryStatus(self, request, context, call):
         Region = pb.SystemSharedMemoryStatusResponse.RegionStatus
         return pb.SystemSharedMemoryStatusResponse(regions={
             r["name"]: Region(name=r["name"], key=r["key"], offset=r["offset"], byte_size=r["byte_size"])
             for r in self.dataplane.shared_memory_status(request.name)})
 
     @answers_errors
-    async def SystemSharedMemoryRegister(self, request, context):
+    async def SystemSharedMemoryRegister(self, request, context, call):
         await self.dataplane.register_shared_memory(request.name, request.key, request.offset, request.byte_size)
         return pb.SystemSharedMemoryRegisterResponse()
 
     @answers_errors
-    async def SystemSharedMemoryUnregister(self, request, context):
+    async def SystemSharedMemoryUnregister(self, request, context, call):
         await self.dataplane.unregister_shared_memory(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 

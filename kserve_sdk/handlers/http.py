@@ -6,12 +6,12 @@ from tornado import httputil
 from tornado.web import Application
 
 from ..dataplane import DataPlane
-from ..logging import logger
-from ..protocol.rest_codec import dumps
+from ..errors import PayloadTooLarge
 from . import docs, streaming, v1, v2
 from .access_log import RequestLog
-from .base import LiveHandler, MetricsHandler, NotFoundHandler
+from .base import LiveHandler, MetricsHandler, NotFoundHandler, lowercase_headers
 from .fast_path import FastPath
+from .responder import answer_headers, error_reply
 
 _MODEL = r"([^/]+?)"
 _VERSION = r"(?:/versions/([^/]+))?"
@@ -62,7 +62,7 @@ def make_app(dataplane: DataPlane, access_log_format: Optional[str] = None, enab
         max_body_size=max_body_size,
         **settings,
     )
-    app.fast_path = FastPath(dataplane, request_log, enable_gzip)
+    app.fast_path = FastPath(dataplane, request_log, enable_gzip, routes)
     return app
 
 
@@ -80,7 +80,7 @@ class _Application(Application):
     def start_request(self, server_conn: object, request_conn: httputil.HTTPConnection) -> httputil.HTTPMessageDelegate:
         delegate = super().start_request(server_conn, request_conn)
         limit = self.settings.get("max_body_size")
-        return _BodyLimit(delegate, request_conn, limit) if limit else delegate
+        return _BodyLimit(delegate, request_conn, limit, self.fast_path) if limit else delegate
 
 
 class _BodyLimit(httputil.HTTPMessageDelegate):
@@ -93,16 +93,19 @@ class _BodyLimit(httputil.HTTPMessageDelegate):
     headers skips the body timeout (``--body_timeout_seconds``), whose timer would cost every request.
     """
 
-    __slots__ = ("_delegate", "_conn", "_limit", "_received", "_refused", "_chunked")
+    __slots__ = ("_delegate", "_conn", "_limit", "_fast", "_request", "_received", "_refused", "_chunked")
 
-    def __init__(self, delegate: httputil.HTTPMessageDelegate, conn: httputil.HTTPConnection, limit: int):
-        self._delegate, self._conn, self._limit = delegate, conn, limit
+    def __init__(self, delegate: httputil.HTTPMessageDelegate, conn: httputil.HTTPConnection, limit: int,
+                 fast: FastPath):
+        self._delegate, self._conn, self._limit, self._fast = delegate, conn, limit, fast
+        self._request: Optional[httputil.HTTPServerRequest] = None
         self._received = 0
         self._refused: Optional[str] = None
         self._chunked = False
 
     def headers_received(self, start_line: Union[httputil.RequestStartLine, httputil.ResponseStartLine],
                          headers: httputil.HTTPHeaders) -> Optional[Awaitable[None]]:
+        self._request = httputil.HTTPServerRequest(connection=self._conn, start_line=start_line, headers=headers)
         length = headers.get("Content-Length")
         if length is not None and length.isdigit() and int(length) > self._limit:
             self._refused = (f"the request body of {int(length)} bytes is larger than the {self._limit} bytes "
@@ -145,11 +148,13 @@ class _BodyLimit(httputil.HTTPMessageDelegate):
 
     def _answer(self, close: bool = False) -> None:
         """Send the 413; with ``close`` the body is not read and the connection closes once it is sent."""
-        body = dumps({"error": self._refused})
-        logger.info("request refused with 413: %s", self._refused)
-        headers = httputil.HTTPHeaders({"Content-Type": "application/json", "Content-Length": str(len(body))})
+        request, fast = self._request, self._fast
+        protocol, endpoint, model = fast.labels_of(request.path)
+        call = fast.dataplane.open_call(protocol, endpoint, lowercase_headers(request.headers), model)
+        status, reply = error_reply(call, PayloadTooLarge(self._refused), f"{request.method} {request.path}")
+        headers, body = answer_headers(call, request, status, reply, False)
         if close:
             headers["Connection"] = "close"
-        self._conn.write_headers(httputil.ResponseStartLine("HTTP/1.1", 413, "Payload Too Large"), headers, body)
+        self._conn.write_headers(httputil.ResponseStartLine("HTTP/1.1", status, "Payload Too Large"), headers, body)
         self._conn.finish()
-
+        fast.request_log.finished(call, request, status, headers)

@@ -10,21 +10,16 @@ from tornado.httputil import HTTPHeaders
 
 from ..dataplane import DataPlane
 from ..errors import InvalidInput
+from ..lifecycle import Call
 from ..protocol.infer_type import InferResponse
 from ..protocol.rest_codec import decode_infer_request, dumps, encode_infer_response, infer_request_from_dict, \
     loads_json, parse_json_length
-from .base import JSON, Reply, encoded, lowercase_headers
+from .base import encoded
 from .cloudevents import decode_cloudevent, encode_cloudevent
+from .responder import JSON, Reply
 
 BINARY_HEADER = "Inference-Header-Content-Length"
 OCTET_STREAM = "application/octet-stream"
-
-
-def model_headers(dataplane: DataPlane, headers: HTTPHeaders) -> Tuple[Dict[str, str], Dict[str, str]]:
-    """The headers a model receives (lowercase names) and the response headers every answer starts with:
-    the request's ``x-request-id``, made up when the client sent none."""
-    call_headers = lowercase_headers(headers)
-    return call_headers, {"x-request-id": dataplane.request_id(call_headers)}
 
 
 def cloudevent_reply(response: Any, event: Tuple[Any, Dict[str, Any], str], model_name: str,
@@ -35,9 +30,10 @@ def cloudevent_reply(response: Any, event: Tuple[Any, Dict[str, Any], str], mode
     return Reply(body, content_type, {**headers, **event_headers})
 
 
-async def infer_v2(dataplane: DataPlane, name: str, version: Optional[str], body: bytes,
+async def infer_v2(dataplane: DataPlane, name: str, version: Optional[str], call: Call, body: bytes,
                    headers: HTTPHeaders) -> Reply:
-    """Open Inference Protocol ``infer``: a JSON, binary-extension or CloudEvent request."""
+    """Open Inference Protocol ``infer``: a JSON, binary-extension or CloudEvent request. ``headers`` are the
+    HTTP request's; the model receives the call's."""
     model = await dataplane.ready_model(name)  # 404 before the body is decoded
     event = decode_cloudevent(body, headers)
     if event is None:
@@ -46,9 +42,7 @@ async def infer_v2(dataplane: DataPlane, name: str, version: Optional[str], body
         request = event[0] if isinstance(event[0], bytes) else infer_request_from_dict(event[0], name, b"", None)
     if not isinstance(request, bytes):
         request.model_version = version
-    call_headers, reply_headers = model_headers(dataplane, headers)
-    response, response_headers = await dataplane.infer(name, request, call_headers, model)
-    reply_headers.update(response_headers)
+    response, reply_headers = await dataplane.infer(name, request, call.headers, model, call)
     if event is not None:
         return cloudevent_reply(response, event, name, reply_headers)
     if isinstance(response, InferResponse):
@@ -59,11 +53,10 @@ async def infer_v2(dataplane: DataPlane, name: str, version: Optional[str], body
         payload, out_length = encoded(name, dumps, response), None
     if out_length is None:
         return Reply(payload, JSON, reply_headers)
-    reply_headers[BINARY_HEADER] = str(out_length)
-    return Reply(payload, OCTET_STREAM, reply_headers)
+    return Reply(payload, OCTET_STREAM, {**reply_headers, BINARY_HEADER: str(out_length)})
 
 
-async def call_v1(dataplane: DataPlane, verb: str, name: str, body: bytes, headers: HTTPHeaders,
+async def call_v1(dataplane: DataPlane, verb: str, name: str, call: Call, body: bytes, headers: HTTPHeaders,
                   event: Optional[Tuple[Any, Dict[str, Any], str]] = None) -> Reply:
     """KServe v1 ``predict`` or ``explain`` (``verb``) with a JSON or CloudEvent body, answered at once.
 
@@ -75,10 +68,8 @@ async def call_v1(dataplane: DataPlane, verb: str, name: str, body: bytes, heade
     if event is None:
         event = decode_cloudevent(body, headers)
     request = loads_json(body) if event is None else event[0]
-    call = dataplane.infer if verb == "predict" else dataplane.explain
-    call_headers, reply_headers = model_headers(dataplane, headers)
-    response, response_headers = await call(name, request, call_headers, model)
-    reply_headers.update(response_headers)
+    run = dataplane.infer if verb == "predict" else dataplane.explain
+    response, reply_headers = await run(name, request, call.headers, model, call)
     if event is not None:
         return cloudevent_reply(response, event, name, reply_headers)
     payload, content_type = encoded(name, encode_v1_response, response)

@@ -11,7 +11,7 @@ from orjson import loads as orjson_loads
 
 from tornado.iostream import StreamClosedError
 
-from ..errors import InvalidInput, status_of
+from ..errors import InvalidInput
 from ..protocol.generate import is_tensor_request, merge_generate, to_generate_json
 from ..protocol.infer_type import InferResponse
 from ..protocol.rest_codec import dumps, encode_infer_response, infer_request_from_dict, loads_json
@@ -38,19 +38,14 @@ class StreamingHandler(BaseHandler):
     """Writes an async iterator of responses as they come: the first at once, later ones flushed within
     ``COALESCE_SECONDS`` (so a model that yields faster shares socket writes)."""
 
-    _stream_task: Optional[asyncio.Task] = None
     _unsent = 0
     _flush_timer: Optional[asyncio.TimerHandle] = None
-
-    def on_connection_close(self) -> None:
-        super().on_connection_close()
-        if self._stream_task is not None and not self._stream_task.done():
-            self._stream_task.cancel()
 
     async def send_stream(self, items: AsyncIterator[Any], encode: Callable[[Any], bytes], frame: Callable,
                           content_type: str, response_headers: Dict[str, str]) -> None:
         """Send ``items``: errors before the first become HTTP errors, later ones a final error frame."""
-        self._stream_task = asyncio.current_task()
+        call = self.open_call()
+        call.watch(asyncio.current_task())
         try:
             try:
                 first = await items.__anext__()
@@ -75,12 +70,13 @@ class StreamingHandler(BaseHandler):
                 except (asyncio.CancelledError, StreamClosedError):
                     raise
                 except Exception as e:  # mid-stream: the client has a 200 already, so the error is an event
-                    self.log_exception(type(e), e, e.__traceback__)
-                    await self._send(frame(dumps({"error": status_of(e)[1]})))
+                    failure = call.failed(e, f"{self.request.method} {self.request.path} (mid-stream)")
+                    await self._send(frame(dumps({"error": failure.message})))
             self.finish()  # sends what is buffered; the finally below drops the timer
         except (asyncio.CancelledError, StreamClosedError):
-            self._stream_task = None  # the client went away: nothing more to send
+            pass  # the client went away: nothing more to send
         finally:
+            call.watch(None)
             self._cancel_flush_timer()
             await items.aclose()
 
@@ -143,7 +139,7 @@ class InferStreamHandler(StreamingHandler, _GenerateBody):
     async def post(self, name: str, version: Optional[str] = None) -> None:
         request, tensor_form, event = await self.read_request(name, version, self.endpoint == "infer_stream")
         response_headers: Dict[str, str] = {}
-        items = self.dataplane.stream(name, request, self.request_headers(), response_headers, "rest_v2")
+        items = self.dataplane.stream(name, request, self.request_headers(), response_headers, call=self.call)
 
         def encode(item: Any) -> bytes:
             if tensor_form and isinstance(item, InferResponse):
@@ -172,7 +168,7 @@ class GenerateHandler(BaseHandler, _GenerateBody):
         request, tensor_form, event = await self.read_request(name, version)
         response_headers: Dict[str, str] = {}
         items = [item async for item in self.dataplane.stream(name, request, self.request_headers(),
-                                                              response_headers, "rest_v2")]
+                                                              response_headers, call=self.call)]
         if tensor_form and len(items) == 1 and isinstance(items[0], InferResponse):
             body = encode_infer_response(items[0], json_only=True)[0]
         else:
@@ -189,7 +185,7 @@ class V1StreamingPredict(StreamingHandler):
 
     async def stream_v1(self, name: str, request: Any) -> None:
         response_headers: Dict[str, str] = {}
-        items = self.dataplane.stream(name, request, self.request_headers(), response_headers, "rest_v1")
+        items = self.dataplane.stream(name, request, self.request_headers(), response_headers, call=self.call)
 
         def encode(item: Any) -> bytes:
             if isinstance(item, (bytes, bytearray)):

@@ -1,4 +1,6 @@
 """KServe v1 REST: ``/v1/models``, ``/v1/models/<m>``, ``:predict`` and ``:explain``."""
+from functools import partial
+
 from ..errors import InvalidInput, ModelNotReady
 from ..protocol.rest_codec import loads_json
 from .base import BaseHandler, cancel_on_disconnect
@@ -35,6 +37,15 @@ class PredictHandler(V1StreamingPredict):
 
     verb = "predict"
 
+    @classmethod
+    def fast_answer(cls, dataplane, name: str):
+        """What fast_path.py calls as ``(call, body, headers)``; None for a model whose predict streams,
+        which this handler answers."""
+        model = dataplane.model_registry.get_model(name)
+        if cls.verb == "predict" and getattr(model, "streams_responses", bool)():
+            return None
+        return partial(call_v1, dataplane, cls.verb, name)
+
     @cancel_on_disconnect
     async def post(self, name: str) -> None:
         model = await self.dataplane.ready_model(name)
@@ -44,7 +55,7 @@ class PredictHandler(V1StreamingPredict):
         event = decode_cloudevent(body, self.request.headers)
         if self.verb == "predict" and event is None and getattr(model, "streams_responses", bool)():
             return await self.stream_v1(name, loads_json(body))
-        self.send_reply(await call_v1(self.dataplane, self.verb, name, body, self.request.headers, event))
+        self.send_reply(await call_v1(self.dataplane, self.verb, name, self.call, body, self.request.headers, event))
 
 
 class ExplainHandler(PredictHandler):

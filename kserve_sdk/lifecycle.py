@@ -1,0 +1,151 @@
+"""The life of one call, written once for every protocol.
+
+A protocol adapter (REST v1 and v2, Server-Sent Events, CloudEvents, gRPC unary and streaming) opens a
+:class:`Call` when a request arrives and closes it when its answer has gone out. Everything a call goes
+through apart from its wire format happens here:
+
+- its request id: the client's ``x-request-id``, or one minted for it, which every answer carries
+  (errors included);
+- the in-flight gauge while it runs, then one count in ``kserve_requests_total`` and the duration
+  histogram, with the status the adapter put on the wire;
+- a :class:`Timings` record handed down to the model's stages and the batcher, which add their
+  durations, their wait for a model thread or a batch, and their executions; the data plane turns it
+  into Triton statistics, KServe's stage histograms and the latency line (:func:`model_call_finished`);
+- cancellation: a task the adapter watches is cancelled when the client goes away;
+- an exception turned into a :class:`Failure` (HTTP status, gRPC code, message, ``Retry-After``) and
+  logged by one rule: a server fault (500) with its traceback, a timeout (504) as a warning, anything
+  the client or model state caused (4xx, 501, 503) as one INFO line.
+
+An adapter is then only a codec; a new protocol adds a codec, never another copy of this.
+"""
+import asyncio
+import logging
+import time
+from typing import Any, Callable, Dict, NamedTuple, Optional
+
+from . import metrics, statistics
+from .errors import grpc_code_of, status_of
+from .logging import log_info_fast, logger, trace_logger
+from .utils.utils import generate_uuid
+
+_perf = time.perf_counter
+
+
+class Timings(dict):
+    """One call's stage durations in milliseconds (``preprocess_ms``, ``predict_ms``, ``explain_ms``,
+    ``postprocess_ms``: KServe's histogram keys), with the seconds its stages waited for a model thread or
+    their batch (``queue_s``, inside ``predict_ms``) and the model executions it made (``executions``: a
+    batch counts once, for the first of its requests)."""
+
+    __slots__ = ("queue_s", "executions")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queue_s = 0.0
+        self.executions = 0
+
+
+class Failure(NamedTuple):
+    """How an exception is answered: HTTP status, gRPC code name, client-facing message, Retry-After."""
+
+    status: int
+    grpc_code: str
+    message: str
+    retry_after: Optional[int]
+
+
+def failure_of(exc: BaseException) -> Failure:
+    """The answer to ``exc``, decided by its type (see errors.py)."""
+    status, message = status_of(exc)
+    return Failure(status, grpc_code_of(exc), message, getattr(exc, "retry_after", None))
+
+
+def log_failure(where: str, failure: Failure, exc: BaseException) -> None:
+    """Log a failed call once, by the same rule on every protocol: 500 is the server's fault (ERROR with
+    the traceback), 504 a model too slow for its deadline (WARNING), others one INFO line."""
+    if failure.status == 500:
+        logger.error("%s failed: %s", where, exc, exc_info=exc)
+    elif failure.status == 504:
+        logger.warning("%s timed out: %s", where, failure.message)
+    elif logger.isEnabledFor(logging.INFO):
+        logger.info("%s -> %d: %s", where, failure.status, failure.message)
+
+
+class Call:
+    """One call from the moment it arrives until its answer is out (see the module's docstring).
+
+    ``headers`` are the request headers as the model receives them (lowercase names); a minted
+    ``x-request-id`` is added to them, so the model and a forwarded request see the same id.
+    """
+
+    __slots__ = ("protocol", "endpoint", "model_name", "headers", "request_id", "timings", "started", "gone",
+                 "_label", "_open", "_task")
+
+    def __init__(self, protocol: str, endpoint: str, headers: Optional[Dict[str, str]] = None,
+                 model_name: Optional[str] = None, label: Callable[[Optional[str]], str] = lambda name: ""):
+        self.protocol, self.endpoint, self.model_name = protocol, endpoint, model_name
+        self.headers = headers = {} if headers is None else headers
+        request_id = headers.get("x-request-id")
+        if request_id is None:
+            request_id = headers["x-request-id"] = generate_uuid()
+        self.request_id = request_id
+        self.timings = Timings()
+        self.started = _perf()
+        self._label = label
+        self._open = True
+        self.gone = False  # the client went away
+        self._task: Optional[asyncio.Task] = None
+        metrics.request_started(protocol)
+
+    def watch(self, task: Optional[asyncio.Task]) -> None:
+        """Cancel ``task`` (the one answering this call) if the client goes away; None: stop watching."""
+        self._task = task
+
+    def client_left(self) -> None:
+        """The client closed its connection: the watched task is cancelled (the model sees CancelledError)."""
+        self.gone = True
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+
+    def failed(self, exc: BaseException, where: Optional[str] = None) -> Failure:
+        """How to answer ``exc``; the failure is logged here, once (``where`` names the call in the log)."""
+        failure = failure_of(exc)
+        log_failure(where or f"{self.protocol} {self.endpoint}", failure, exc)
+        return failure
+
+    def close(self, status: str) -> Optional[float]:
+        """The answer went out with ``status`` (HTTP "200", gRPC "OK"): it is counted, and its duration in s
+        returned, the first time; None after that."""
+        if not self._open:
+            return None
+        self._open = False
+        duration = _perf() - self.started
+        metrics.request_finished(self._label(self.model_name), self.protocol, self.endpoint, status, duration)
+        return duration
+
+    @property
+    def model_label(self) -> str:
+        """The model name as metrics and the access log name it: registered models only."""
+        return self._label(self.model_name)
+
+
+def model_call_finished(model_name: str, timings: Timings, total_ns: int, ok: bool,
+                        headers: Optional[Dict[str, str]] = None, latency_line: bool = False) -> None:
+    """A model call ended: Triton statistics, KServe's stage histograms and the latency line (when asked
+    and the call has stage timings)."""
+    if not ok:
+        statistics.record_failure(model_name, total_ns, timings.executions)
+        return
+    statistics.record_success(model_name, timings, total_ns)
+    metrics.observe_stages(model_name, timings)
+    if latency_line and timings and trace_logger.isEnabledFor(logging.INFO):
+        log_info_fast(
+            trace_logger, "requestId: %s, preprocess_ms: %.3f, explain_ms: %.3f, predict_ms: %.3f, postprocess_ms: %.3f",
+            ((headers or {}).get("x-request-id", "N.A."), timings.get("preprocess_ms", 0.0),
+             timings.get("explain_ms", 0.0), timings.get("predict_ms", 0.0), timings.get("postprocess_ms", 0.0)))
+
+
+def detached_timings(call: Optional[Any]) -> Timings:
+    """The call's timings record, or a fresh one for a data-plane call made without a Call (user code)."""
+    return call.timings if call is not None else Timings()
