@@ -60,15 +60,15 @@ def failure_of(exc: BaseException) -> Failure:
     return Failure(status, grpc_code_of(exc), message, getattr(exc, "retry_after", None))
 
 
-def log_failure(where: str, failure: Failure, exc: BaseException) -> None:
+def log_failure(where: str, failure: Failure, exc: BaseException, request_id: str) -> None:
     """Log a failed call once, by the same rule on every protocol: 500 is the server's fault (ERROR with
     the traceback), 504 a model too slow for its deadline (WARNING), others one INFO line."""
     if failure.status == 500:
-        logger.error("%s failed: %s", where, exc, exc_info=exc)
+        logger.error("%s failed (x-request-id %s): %s", where, request_id, exc, exc_info=exc)
     elif failure.status == 504:
-        logger.warning("%s timed out: %s", where, failure.message)
+        logger.warning("%s timed out (x-request-id %s): %s", where, request_id, failure.message)
     elif logger.isEnabledFor(logging.INFO):
-        logger.info("%s -> %d: %s", where, failure.status, failure.message)
+        logger.info("%s -> %d (x-request-id %s): %s", where, failure.status, request_id, failure.message)
 
 
 class Call:
@@ -111,7 +111,7 @@ class Call:
     def failed(self, exc: BaseException, where: Optional[str] = None) -> Failure:
         """How to answer ``exc``; the failure is logged here, once (``where`` names the call in the log)."""
         failure = failure_of(exc)
-        log_failure(where or f"{self.protocol} {self.endpoint}", failure, exc)
+        log_failure(where or f"{self.protocol} {self.endpoint}", failure, exc, self.request_id)
         return failure
 
     def close(self, status: str) -> Optional[float]:
