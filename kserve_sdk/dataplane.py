@@ -20,6 +20,7 @@ from .lifecycle import Call, Timings, detached_timings, model_call_finished
 from .model import InferenceModel, InferenceVerb, Model
 from .model_repository import ModelRepository
 from .protocol.infer_type import InferRequest, InferResponse
+from .protocol.rest_codec import decode_infer_response
 from .protocol.tensor import Tensor, in_shared_memory
 from .shared_memory import SharedMemoryRegistry, uses_shared_memory
 from .utils.utils import get_predict_response
@@ -90,6 +91,13 @@ def _is_pipeline_model(cls: type) -> bool:
     """Whether a model class is a Model (whose run_pipeline gives stage timings); remembered per class,
     because issubclass against an abstract base class is slow."""
     return issubclass(cls, Model)
+
+
+def not_a_v2_response(model_name: str, response: Any) -> InferenceError:
+    """The error for a model that answered a v2 call with something v2 cannot carry (e.g. a v1 dict)."""
+    shape = "a dict without an \"outputs\" list" if isinstance(response, dict) else type(response).__name__
+    return InferenceError(f"model '{model_name}' returned {shape}, which is not a v2 inference response: return "
+                          "an InferResponse (kserve_sdk.utils.utils.get_predict_response builds one) or arrays")
 
 
 async def _single(value: Any) -> AsyncIterator[Any]:
@@ -387,9 +395,17 @@ class DataPlane:
 
     @staticmethod
     def _as_v2_response(model_name: str, request: InferRequest, response: Any) -> Any:
-        """Apply the request's output choices; wrap arrays/lists a v2 model returned."""
+        """Apply the request's output choices; wrap arrays/lists a v2 model returned, and read a dict in
+        v2's response shape (``{"outputs": [...]}``) as an InferResponse, so every protocol answers it alike.
+        Other dicts pass (a CloudEvent's data may be any JSON); the v2 codecs refuse them with
+        :func:`not_a_v2_response`."""
         if isinstance(response, (np.ndarray, list)):
             return get_predict_response(request, response, model_name)
+        if isinstance(response, dict) and isinstance(response.get("outputs"), list):
+            try:
+                response = decode_infer_response(response, b"", None)
+            except InvalidInput as e:
+                raise InferenceError(f"model '{model_name}' returned a v2 response that cannot be read: {e}") from None
         if isinstance(response, InferResponse):
             for output in response.outputs:
                 problem = output.content_problem() if isinstance(output, Tensor) else "it is not an InferOutput"
@@ -406,7 +422,7 @@ class DataPlane:
             return response
         if isinstance(response, (dict, bytes, str)):
             return response
-        raise InferenceError(f"model '{model_name}' returned {type(response).__name__}, not a v2 response")
+        raise not_a_v2_response(model_name, response)
 
     # --- repository ---------------------------------------------------------------------------------
     async def repository_index(self) -> List[Dict[str, str]]:

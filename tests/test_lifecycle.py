@@ -281,3 +281,33 @@ def test_a_model_that_is_not_ready_answers_503_with_the_request_id(server, stub)
         stub.ModelInfer(fp32_request("toggle"), metadata=(("x-request-id", "g-unready"),), timeout=10)
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     assert dict(err.value.trailing_metadata())["x-request-id"] == "g-unready"
+
+
+# What a model returns for a v2 call -> (status, text of the error, or the output data of a good answer)
+RETURNS = {
+    "v1dict": (500, "returned a dict without an \"outputs\" list, which is not a v2 inference response"),
+    "none": (500, "returned NoneType, which is not a v2 inference response"),
+    "wrongtype": (500, "returned int, which is not a v2 inference response"),
+    "shape": (500, "returned output 'out' that is malformed"),
+    "v2dict": (200, [1, 2]),
+}
+
+
+@pytest.mark.parametrize("what", list(RETURNS))
+def test_a_wrong_return_is_answered_alike_on_v2_rest_and_grpc(server, stub, what):
+    status, expected = RETURNS[what]
+    doc = {"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "BYTES", "data": [what]}]}
+    got, _, body = request(server.http_port, "POST", "/v2/models/faulty/infer", json.dumps(doc).encode())
+    message = pb.ModelInferRequest(model_name="faulty", inputs=[bytes_input(what)])
+    if status == 200:
+        assert got == 200 and json.loads(body)["outputs"][0]["data"] == expected
+        answer = stub.ModelInfer(message, timeout=10)
+        out = answer.outputs[0]
+        data = (np.frombuffer(answer.raw_output_contents[0], np.int32).tolist() if answer.raw_output_contents
+                else list(out.contents.int_contents))
+        assert out.name == "out" and data == expected
+        return
+    assert got == status and expected in json.loads(body)["error"], body
+    with pytest.raises(grpc.RpcError) as err:
+        stub.ModelInfer(message, timeout=10)
+    assert err.value.code() == grpc.StatusCode.INTERNAL and err.value.details() == json.loads(body)["error"]

@@ -5,14 +5,13 @@ UNIMPLEMENTED, INTERNAL) and the same message REST gives.
 """
 import asyncio
 import functools
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Callable, Dict, Tuple
 
 import grpc
 from google.protobuf import json_format
 
-from ..dataplane import DataPlane
+from ..dataplane import DataPlane, not_a_v2_response
 from ..errors import InferenceError, InvalidInput
 from ..lifecycle import Call, Failure
 from ..protocol.grpc import grpc_predict_v2_pb2 as pb
@@ -21,7 +20,6 @@ from ..protocol.grpc.grpc_predict_v2_pb2_grpc import (
     GRPCInferenceServiceServicer, add_GRPCInferenceServiceServicer_to_server,
 )
 from ..protocol.infer_type import InferResponse
-from ..protocol.rest_codec import decode_infer_response
 from ..utils.utils import generate_uuid
 
 
@@ -65,20 +63,15 @@ def request_headers(context) -> Dict[str, str]:
 
 def to_infer_response_message(response: Any, model_name: str = "", msg=None):
     """Whatever the data plane returned for a v2 call, as a ``ModelInferResponse`` (written into ``msg``
-    when given)."""
+    when given); anything else is refused by the rule REST applies too."""
+    if not isinstance(response, InferResponse):
+        raise not_a_v2_response(model_name, response)
     try:
-        if isinstance(response, InferResponse):
-            return infer_response_to_grpc(response, msg)
-        if isinstance(response, dict):  # an InvalidInput here is the model's: it built the dict
-            return infer_response_to_grpc(decode_infer_response(response, b"", None), msg)
+        return infer_response_to_grpc(response, msg)
     except InvalidInput:
-        if isinstance(response, InferResponse):
-            raise  # e.g. a requested output the model does not have: the client's
-        raise InferenceError(f"model '{model_name}' returned a response that cannot be encoded: "
-                             f"{sys.exc_info()[1]}") from None
+        raise  # e.g. a requested output the model does not have: the client's
     except (TypeError, ValueError, OverflowError, UnicodeError) as e:
         raise InferenceError(f"model '{model_name}' returned a response that cannot be encoded: {e}") from None
-    raise InferenceError(f"model '{model_name}' returned {type(response).__name__}, which gRPC cannot carry")
 
 
 def _tagged(message, request):

@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from tornado.httputil import HTTPHeaders
 
-from ..dataplane import DataPlane
+from ..dataplane import DataPlane, not_a_v2_response
 from ..errors import InvalidInput
 from ..lifecycle import Call
 from ..protocol.infer_type import InferResponse
@@ -49,8 +49,8 @@ async def infer_v2(dataplane: DataPlane, name: str, version: Optional[str], call
         payload, out_length = encoded(name, encode_infer_response, response)
     elif isinstance(response, (bytes, bytearray)):
         payload, out_length = bytes(response), None
-    else:
-        payload, out_length = encoded(name, dumps, response), None
+    else:  # the same rule as gRPC's
+        raise not_a_v2_response(name, response)
     if out_length is None:
         return Reply(payload, JSON, reply_headers)
     return Reply(payload, OCTET_STREAM, {**reply_headers, BINARY_HEADER: str(out_length)})

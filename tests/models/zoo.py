@@ -218,7 +218,7 @@ ZOO["sleepy"] = Sleepy
 
 class Faulty(kserve.Model):
     """Misbehaves as its first v1 instance (or first v2 BYTES element) says: "raise", "wrongtype",
-    "unencodable", "shape", "badtype", "hang" (sleeps 3600 s), "sleep:<s>", "big:<bytes>"; "stats" reports
+    "unencodable", "v1dict", "none", "v2dict" (a dict in v2's response shape), "shape", "badtype", "hang" (sleeps 3600 s), "sleep:<s>", "big:<bytes>"; "stats" reports
     how many of its calls were cancelled. Not in the default set (tests/test_reliability.py serves it)."""
 
     cancelled = 0
@@ -244,6 +244,12 @@ class Faulty(kserve.Model):
             return 42 if v2 else object()
         if what == "unencodable":
             return {"predictions": [object()]}
+        if what == "v1dict":
+            return {"predictions": [1, 2]}
+        if what == "none":
+            return None
+        if what == "v2dict":
+            return {"outputs": [{"name": "out", "shape": [2], "datatype": "INT32", "data": [1, 2]}]}
         if what == "shape":
             return InferResponse(response_id="x", model_name=self.name,
                                  infer_outputs=[InferOutput("out", [5], "FP32", data=[1.0, 2.0, 3.0])])
