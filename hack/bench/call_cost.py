@@ -3,6 +3,7 @@
     .venv/bin/python hack/bench/call_cost.py                  # CPU µs per call: ours and bare, in turns
     .venv/bin/python hack/bench/call_cost.py --instructions   # instructions per call under callgrind
     .venv/bin/python hack/bench/call_cost.py --server         # whole servers under callgrind, per request
+    .venv/bin/python hack/bench/call_cost.py --server --rest  # the same for small v2 REST requests
 
 The add-one model of addone_model.py is served by kserve_sdk's servicer (default flags: metrics, the
 latency line at INFO, statistics) and by bare_grpc.py's, each called directly on an event loop with the
@@ -109,16 +110,21 @@ def instructions_per_call() -> None:
         print(f"{target}: {per_call / 1000:.0f}k instructions per call (callgrind, 1500 - 500 calls)")
 
 
-def _h2load(port: int, framed: str, count: int) -> int:
-    """Send ``count`` ModelInfer requests (8 streams, one connection); the number that got HTTP 200."""
-    out = subprocess.run(["h2load", "-n", str(count), "-t", "1", "-c", "1", "-m", "8", "-d", framed,
-                          "-H", "content-type: application/grpc", "-H", "te: trailers",
-                          f"http://127.0.0.1:{port}/inference.GRPCInferenceService/ModelInfer"],
+def _h2load(port: int, framed: str, count: int, rest: bool = False) -> int:
+    """Send ``count`` ModelInfer requests (8 streams, one connection), or with ``rest`` as many v2 REST
+    infer requests (HTTP/1.1, one connection, one at a time); the number that got HTTP 200."""
+    if rest:
+        how = ["--h1", "-m", "1", "-H", "content-type: application/json",
+               f"http://127.0.0.1:{port}/v2/models/addone/infer"]
+    else:
+        how = ["-m", "8", "-H", "content-type: application/grpc", "-H", "te: trailers",
+               f"http://127.0.0.1:{port}/inference.GRPCInferenceService/ModelInfer"]
+    out = subprocess.run(["h2load", "-n", str(count), "-t", "1", "-c", "1", "-d", framed, *how],
                          capture_output=True, text=True, timeout=900).stdout
     return int(re.search(r"status codes: (\d+) 2xx", out).group(1))
 
 
-def _counted(target, workdir: str, framed: str, warmup: int, requests: int) -> float:
+def _counted(target, workdir: str, framed: str, warmup: int, requests: int, rest: bool = False) -> float:
     """Instructions per request of one server process under callgrind (every thread, from the dump)."""
     import benchlib
 
@@ -130,9 +136,9 @@ def _counted(target, workdir: str, framed: str, warmup: int, requests: int) -> f
         error = target.wait_ready(300, interval=1)
         if error:
             raise SystemExit(f"{target.name}: {error}\n{target.log_tail()}")
-        _h2load(target.port, framed, warmup)  # inline pacing settles, lazy imports and caches fill
+        _h2load(target.port, framed, warmup, rest)  # inline pacing settles, lazy imports and caches fill
         subprocess.run(["callgrind_control", "-z", str(target.proc.pid)], capture_output=True, check=True)
-        answered = _h2load(target.port, framed, requests)
+        answered = _h2load(target.port, framed, requests, rest)
         subprocess.run(["callgrind_control", "-d", str(target.proc.pid)], capture_output=True, check=True)
     finally:
         benchlib.stop_group(target.proc, grace=30)
@@ -143,28 +149,37 @@ def _counted(target, workdir: str, framed: str, warmup: int, requests: int) -> f
     return total / requests
 
 
-def instructions_per_request(names: list, env: dict, warmup: int, requests: int) -> None:
+def rest_body() -> bytes:
+    """The small v2 REST request: the same [1,16] FP32 tensor as JSON."""
+    import orjson
+
+    return orjson.dumps({"id": "bench", "inputs": [{"name": "input-0", "shape": [1, 16], "datatype": "FP32",
+                                                    "data": list(range(16))}]})
+
+
+def instructions_per_request(names: list, env: dict, warmup: int, requests: int, rest: bool = False) -> None:
     import tempfile
     from types import SimpleNamespace
 
     import benchlib
 
     with tempfile.TemporaryDirectory(prefix="call-cost-") as workdir:
-        framed = os.path.join(workdir, "request.grpc")
+        framed = os.path.join(workdir, "request.body")
         body = request_bytes()
         with open(framed, "wb") as f:
-            f.write(b"\x00" + len(body).to_bytes(4, "big") + body)
+            f.write(rest_body() if rest else b"\x00" + len(body).to_bytes(4, "big") + body)
         args = SimpleNamespace(python=sys.executable, venvs=os.environ.get("BENCH_VENVS", "/tmp/bench-venvs"))
-        for target in benchlib.build_targets(names, args, workdir, "grpc"):
+        for target in benchlib.build_targets(names, args, workdir, "http" if rest else "grpc"):
             if target.unavailable:
                 print(f"{target.name}: unavailable: {target.unavailable}")
                 continue
             if target.name == "ours":
                 target.env.update(env)
-            per_request = _counted(target, workdir, framed, warmup, requests)
+            per_request = _counted(target, workdir, framed, warmup, requests, rest)
             extra = " ".join(f"{k}={v}" for k, v in env.items()) if target.name == "ours" else ""
             print(f"{target.name}{' (' + extra + ')' if extra else ''}: {per_request / 1000:.0f}k instructions "
-                  f"per request (whole process under callgrind, {requests} requests)", flush=True)
+                  f"per {'REST v2' if rest else 'gRPC'} request (whole process under callgrind, {requests} requests)",
+                  flush=True)
 
 
 def main() -> None:
@@ -173,6 +188,8 @@ def main() -> None:
     ap.add_argument("--server", action="store_true", help="count the whole server processes' instructions "
                     "per request under callgrind")
     ap.add_argument("--targets", default="bare,ours", help="--server: comma list of bare, ours, kserve")
+    ap.add_argument("--rest", action="store_true", help="--server: small v2 REST requests (HTTP/1.1) instead "
+                    "of gRPC; bare is then the bare Tornado server")
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                     help="--server: environment for ours (repeatable), e.g. KSERVE_LOGLEVEL=WARNING")
     ap.add_argument("--warmup", type=int, default=300, help="--server: requests before counting")
@@ -184,7 +201,7 @@ def main() -> None:
         asyncio.run(calls(servicer, cls, request_bytes(), int(args.run[1])))
     elif args.server:
         env = dict(item.split("=", 1) for item in args.env)
-        instructions_per_request(args.targets.split(","), env, args.warmup, args.requests)
+        instructions_per_request(args.targets.split(","), env, args.warmup, args.requests, args.rest)
     elif args.instructions:
         instructions_per_call()
     else:
