@@ -13,14 +13,13 @@ from google.protobuf import json_format
 
 from ..dataplane import DataPlane, not_a_v2_response
 from ..errors import InferenceError, InvalidInput
-from ..lifecycle import Call, Failure
+from ..lifecycle import Call, Failure, new_request_id
 from ..protocol.grpc import grpc_predict_v2_pb2 as pb
 from ..protocol.grpc.convert import Undecodable, infer_request_from_grpc, infer_response_to_grpc, tolerant_parser
 from ..protocol.grpc.grpc_predict_v2_pb2_grpc import (
     GRPCInferenceServiceServicer, add_GRPCInferenceServiceServicer_to_server,
 )
 from ..protocol.infer_type import InferResponse
-from ..utils.utils import generate_uuid
 
 
 def error_metadata(call: Call, failure: Failure) -> Tuple[Tuple[str, str], ...]:
@@ -57,8 +56,9 @@ def answers_errors(method):
 
 
 def request_headers(context) -> Dict[str, str]:
-    """Invocation metadata as the lowercase headers dict models receive."""
-    return {key.lower(): value for key, value in (context.invocation_metadata() or ())}
+    """Invocation metadata as the lowercase headers dict models receive (gRPC keys are lowercase already:
+    its core refuses others)."""
+    return dict(context.invocation_metadata() or ())
 
 
 def to_infer_response_message(response: Any, model_name: str = "", msg=None):
@@ -149,9 +149,9 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         infer_request = infer_request_from_grpc(request)
         response, response_headers = await self.dataplane.infer(request.model_name, infer_request, call.headers,
                                                                 model, call)
-        trailing = [(k.lower(), str(v)) for k, v in response_headers.items()] if response_headers else []
-        trailing.append(("x-request-id", call.request_id))
-        context.set_trailing_metadata(trailing)
+        request_id = (("x-request-id", call.request_id),)
+        context.set_trailing_metadata(request_id if not response_headers else
+                                      (*((k.lower(), str(v)) for k, v in response_headers.items()), *request_id))
         return to_infer_response_message(response, request.model_name)
 
     async def ModelStreamInfer(self, request_iterator, context):
@@ -162,7 +162,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         Each request is a call of its own (counted, timed, in flight while it is answered), all with the
         RPC's request id, which the initial metadata returns."""
         headers = request_headers(context)
-        request_id = headers.setdefault("x-request-id", generate_uuid())
+        request_id = headers.setdefault("x-request-id", new_request_id())
         await context.send_initial_metadata((("x-request-id", request_id),))
         requests = request_iterator.__aiter__()
         first = await anext(requests, None)
