@@ -1,16 +1,18 @@
 """Forecast calls below the HTTP adapter: find the forecasting model, call its ``forecast``, and bring what
 it answered to a ForecastResponse or an ErrorResponse (handlers/timeseries.py encodes it).
 
-The types are imported inside the functions, so that a server which never forecasts never loads pydantic.
+This module imports pydantic (through the types): handlers/timeseries.py imports it at the first forecast.
 """
-from typing import TYPE_CHECKING, Any, Dict, List, Union
+from typing import Any, Dict, Union
 
-from .dataplane import DataPlane, model_error
+from pydantic import ValidationError
+
+from .dataplane import DataPlane, naming_the_model
 from .errors import InferenceError, ModelNotFound
+from .protocol.rest.timeseries.codec import describe_validation_error
+from .protocol.rest.timeseries.error import TimeSeriesError, create_error_response
+from .protocol.rest.timeseries.types import ErrorResponse, ForecastRequest, ForecastResponse
 from .timeseries_model import is_forecasting_model
-
-if TYPE_CHECKING:
-    from .protocol.rest.timeseries.types import ErrorResponse, ForecastRequest, ForecastResponse
 
 
 class NotAForecastingModel(ModelNotFound):
@@ -22,13 +24,8 @@ class NotAForecastingModel(ModelNotFound):
                        "(a TimeSeriesModel, or a model with an async forecast method).")
 
 
-def forecasting_models(dataplane: DataPlane) -> List[str]:
-    """Names of the served models that answer forecasts."""
-    return [name for name, model in dataplane.model_registry.get_models().items() if is_forecasting_model(model)]
-
-
-async def forecast(dataplane: DataPlane, request: "ForecastRequest", headers: Dict[str, str]
-                   ) -> Union["ForecastResponse", "ErrorResponse"]:
+async def forecast(dataplane: DataPlane, request: ForecastRequest, headers: Dict[str, str]
+                   ) -> Union[ForecastResponse, ErrorResponse]:
     """Ask the model ``request.model`` for a forecast: ModelNotFound (404) when there is no such forecasting
     model, ModelNotReady (503) when it cannot serve, a ModelError (500) when its code fails."""
     name = request.model
@@ -37,39 +34,26 @@ async def forecast(dataplane: DataPlane, request: "ForecastRequest", headers: Di
         raise NotAForecastingModel(name)
     dataplane.begin_request(name)
     try:
-        answer = await model.forecast(request, context={"headers": headers})
-    except Exception as e:
-        answer = _raised_error_response(e)
-        if answer is None:
-            error = model_error(name, e)
-            if error is None:
-                raise
-            raise error from e
+        with naming_the_model(name):
+            try:
+                answer = await model.forecast(request, context={"headers": headers})
+            except TimeSeriesError as e:
+                answer = _error_response_of(e)
     finally:
         dataplane.end_request(name)
     return _as_forecast_result(name, answer)
 
 
-def _raised_error_response(exc: Exception) -> Union["ErrorResponse", None]:
-    """The ErrorResponse a raised TimeSeriesError stands for (a bare message is a 400); None for others."""
-    from .protocol.rest.timeseries.error import TimeSeriesError, create_error_response
-    from .protocol.rest.timeseries.types import ErrorResponse
-
-    if not isinstance(exc, TimeSeriesError):
-        return None
+def _error_response_of(exc: TimeSeriesError) -> ErrorResponse:
+    """The ErrorResponse a raised TimeSeriesError stands for (a bare message is a 400)."""
     if isinstance(exc.response, ErrorResponse):
         return exc.response
     return create_error_response(str(exc), err_type=type(exc).__name__)
 
 
-def _as_forecast_result(name: str, answer: Any) -> Union["ForecastResponse", "ErrorResponse"]:
+def _as_forecast_result(name: str, answer: Any) -> Union[ForecastResponse, ErrorResponse]:
     """What the model returned as a ForecastResponse or an ErrorResponse; a dict is validated as a
     ForecastResponse; anything else is the model's fault (500)."""
-    from pydantic import ValidationError
-
-    from .protocol.rest.timeseries.codec import describe_validation_error
-    from .protocol.rest.timeseries.types import ErrorResponse, ForecastResponse
-
     if isinstance(answer, (ForecastResponse, ErrorResponse)):
         return answer
     if isinstance(answer, dict):

@@ -6,9 +6,10 @@ this module does not import, so that serving v1 and v2 never loads pydantic.
 """
 import inspect
 from abc import abstractmethod
-from typing import TYPE_CHECKING, Any, Dict, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 from .model import BaseKServeModel
+from .model_repository import ModelRepository
 
 if TYPE_CHECKING:
     from .protocol.rest.timeseries.types import ErrorResponse, ForecastRequest, ForecastResponse
@@ -39,3 +40,8 @@ def is_forecasting_model(model: Any) -> bool:
         return True
     forecast = getattr(model, "forecast", None)
     return forecast is not None and inspect.iscoroutinefunction(forecast)
+
+
+def forecasting_model_names(repository: ModelRepository) -> List[str]:
+    """Names of the models of ``repository`` that answer forecasts."""
+    return [name for name, model in repository.get_models().items() if is_forecasting_model(model)]

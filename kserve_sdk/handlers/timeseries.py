@@ -2,7 +2,7 @@
 ``model`` picks the model) and ``GET /v1/timeseries/models``."""
 from typing import List, Tuple
 
-from .. import timeseries
+from ..timeseries_model import forecasting_model_names
 from .base import BaseHandler, cancel_on_disconnect
 
 
@@ -13,11 +13,12 @@ class ForecastHandler(BaseHandler):
 
     @cancel_on_disconnect
     async def post(self) -> None:
+        # Imported here: the types need pydantic, which a server that never forecasts should not load.
         from ..protocol.rest.timeseries.codec import decode_forecast_request, encode_forecast_result
+        from ..timeseries import forecast
 
         request = decode_forecast_request(self.request.body)
-        result = await timeseries.forecast(self.dataplane, request, self.request_headers())
-        status, body = encode_forecast_result(result)
+        status, body = encode_forecast_result(await forecast(self.dataplane, request, self.request_headers()))
         self.set_status(status)
         self.send_body(body)
 
@@ -28,7 +29,7 @@ class ForecastingModelsHandler(BaseHandler):
     protocol, endpoint = "rest_v1", "timeseries_models"
 
     def get(self) -> None:
-        self.send_json(timeseries.forecasting_models(self.dataplane))
+        self.send_json(forecasting_model_names(self.dataplane.model_registry))
 
 
 def routes() -> List[Tuple[str, type]]:
