@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from kserve_sdk.handlers.docs import openapi_document
 from rawhttp import post_json, request
 
 FORECAST = "/v1/timeseries/forecast"
@@ -259,3 +260,32 @@ def test_a_plain_v1_v2_server_never_imports_pydantic(start_server):
     # the first forecast request loads the types (and is answered: no such model)
     assert post(plain, forecast_body("modules"))[0] == 404
     assert _loaded_v1(plain, names)["pydantic"] is True
+
+
+# --- the answers fit protocol/rest_v1.yaml -----------------------------------------------------------------
+DOCUMENTED = [
+    ("ok", forecast_body(quantiles=[0.1]), 200),
+    ("bad-body", forecast_body(horizon="x"), 400),
+    ("model-error-response", forecast_body(horizon=0), 400),
+    ("model-error-response-422", forecast_body(quantiles=[2.0]), 422),
+    ("unknown-model", forecast_body("nope"), 404),
+    ("not-ready", forecast_body("unready"), 503),
+    ("model-fault", forecast_body("broken", horizon=2), 500),
+]
+
+
+@pytest.mark.parametrize("doc,status", [case[1:] for case in DOCUMENTED], ids=[case[0] for case in DOCUMENTED])
+def test_forecast_answers_fit_the_openapi_document(server, doc, status):
+    from test_docs import check_request, check_response
+
+    document = openapi_document()
+    responses = document["paths"][FORECAST]["post"]["responses"]
+    responses.setdefault(str(status), responses["default"])  # check_response reads the status' own entry
+    body = json.dumps(doc).encode()
+    if status != 400:
+        check_request(document, FORECAST, "post", body, "application/json")
+    got, headers, answer = post(server, doc)
+    assert got == status, answer
+    check_response(document, FORECAST, "post", got, headers, answer)
+    status, headers, answer = request(server.http_port, "GET", TIMESERIES_MODELS)
+    check_response(document, TIMESERIES_MODELS, "get", status, headers, answer)

@@ -57,8 +57,8 @@ class Frequency(str, Enum):
 
 
 def _steps(unit: str, per_step: int) -> Callable[[int], Union[timedelta, relativedelta]]:
-    """A function giving the time ``steps`` points apart span (calendar months and years, so that adding it
-    to a timestamp lands on the same day of a later month)."""
+    """A function of ``steps`` giving the time that many points span, ``per_step`` units each; months and
+    years are calendar ones, so that adding them to a timestamp keeps its day of the month."""
     if unit in ("months", "years"):
         return lambda steps: relativedelta(**{unit: per_step * steps})
     return lambda steps: timedelta(**{unit: per_step * steps})
