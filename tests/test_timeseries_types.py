@@ -1,5 +1,6 @@
 """KServe's time-series types, in process: names, defaults, enums, nested dicts validated into models,
 FREQUENCY_MAP's calendar steps, and the TimeSeriesModel base class."""
+import inspect
 from datetime import datetime
 
 import pytest
@@ -117,3 +118,14 @@ def test_time_series_model_is_top_level_abstract_and_ready():
         kserve_sdk.TimeSeriesModel("no-forecast")
     model = Constant("c")
     assert model.name == "c" and model.ready is True and isinstance(model, kserve_sdk.BaseKServeModel)
+
+
+def test_signatures_are_kserves():
+    def params(fn):
+        return list(inspect.signature(fn).parameters)
+
+    assert params(kserve_sdk.TimeSeriesModel.__init__) == ["self", "name"]
+    assert params(kserve_sdk.TimeSeriesModel.forecast) == ["self", "request", "context"]
+    assert inspect.iscoroutinefunction(kserve_sdk.TimeSeriesModel.forecast)
+    assert params(create_error_response) == ["message", "err_type", "param", "status_code"]
+    assert params(TimeSeriesError.__init__) == ["self", "response"]
