@@ -1,6 +1,5 @@
-"""Time-series forecasting: KServe's types, ``POST /v1/timeseries/forecast`` and ``GET /v1/timeseries/models``
+"""Time-series forecasting: ``POST /v1/timeseries/forecast`` and ``GET /v1/timeseries/models``
 against a real server (tests/models/forecasting.py) with raw HTTP, and pydantic kept off the v1/v2 paths."""
-import copy
 import json
 from datetime import datetime
 
@@ -102,21 +101,19 @@ def test_a_dict_answer_is_validated_and_sent_with_its_extra_fields(server):
 
 
 # --- bad bodies: 400, naming the field ---------------------------------------------------------------------
-def _without(path):
+_DROP = object()
+
+
+def _changed(path, value=_DROP):
+    """forecast_body() as JSON bytes with the field at ``path`` set to ``value``, or left out."""
     doc = forecast_body()
     target = doc
     for part in path[:-1]:
         target = target[part]
-    del target[path[-1]]
-    return json.dumps(doc).encode()
-
-
-def _with(path, value):
-    doc = copy.deepcopy(forecast_body())
-    target = doc
-    for part in path[:-1]:
-        target = target[part]
-    target[path[-1]] = value
+    if value is _DROP:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
     return json.dumps(doc).encode()
 
 
@@ -124,24 +121,25 @@ BAD_BODIES = [
     ("not-json", b'{"model": "naive", "inputs": [', "Unrecognized request format"),
     ("empty", b"", "the request body is empty"),
     ("not-an-object", b'[{"model": "naive"}]', "a forecast request must be a JSON object, got list"),
-    ("missing-options", _without(["options"]), "invalid forecast request: options is required"),
-    ("missing-model", _without(["model"]), "invalid forecast request: model is required"),
-    ("missing-series", _without(["inputs", 0, "series"]), "invalid forecast request: inputs[0].series is required"),
-    ("missing-horizon", _without(["options", "horizon"]), "options.horizon is required"),
-    ("horizon-not-int", _with(["options", "horizon"], "three"),
+    ("missing-options", _changed(["options"]), "invalid forecast request: options is required"),
+    ("missing-model", _changed(["model"]), "invalid forecast request: model is required"),
+    ("missing-series", _changed(["inputs", 0, "series"]), "invalid forecast request: inputs[0].series is required"),
+    ("missing-horizon", _changed(["options", "horizon"]), "options.horizon is required"),
+    ("horizon-not-int", _changed(["options", "horizon"], "three"),
      "invalid forecast request: options.horizon: Input should be a valid integer, unable to parse string as an "
      "integer (got 'three')"),
-    ("series-not-numbers", _with(["inputs", 0, "series"], [1.0, "x"]),
+    ("series-not-numbers", _changed(["inputs", 0, "series"], [1.0, "x"]),
      "inputs[0].series[1]: Input should be a valid number, unable to parse string as a number (got 'x')"),
-    ("series-not-list", _with(["inputs", 0, "series"], 7), "inputs[0].series: Input should be a valid list (got 7)"),
-    ("inputs-not-list", _with(["inputs"], {"name": "x"}), "inputs: Input should be a valid list"),
-    ("unknown-frequency", _with(["inputs", 0, "frequency"], "fortnight"),
+    ("series-not-list", _changed(["inputs", 0, "series"], 7), "inputs[0].series: Input should be a valid list (got 7)"),
+    ("inputs-not-list", _changed(["inputs"], {"name": "x"}), "inputs: Input should be a valid list"),
+    ("unknown-frequency", _changed(["inputs", 0, "frequency"], "fortnight"),
      "inputs[0].frequency: Input should be 'second', 'S', 'minute', 'T', 'hour', 'H', 'day', 'D', 'week', 'W', "
      "'month', 'M', 'quarter', 'Q', 'year' or 'Y' (got 'fortnight')"),
-    ("unknown-series-type", _with(["inputs", 0, "type"], "scalar"),
+    ("unknown-series-type", _changed(["inputs", 0, "type"], "scalar"),
      "inputs[0].type: Input should be 'univariate_time_series' or 'multivariate_time_series' (got 'scalar')"),
-    ("model-not-string", _with(["model"], 5), "model: Input should be a valid string (got 5)"),
-    ("quantiles-not-list", _with(["options", "quantiles"], "median"), "options.quantiles: Input should be a valid list"),
+    ("model-not-string", _changed(["model"], 5), "model: Input should be a valid string (got 5)"),
+    ("quantiles-not-list", _changed(["options", "quantiles"], "median"),
+     "options.quantiles: Input should be a valid list"),
 ]
 
 
