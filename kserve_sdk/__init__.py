@@ -11,6 +11,7 @@ from .model_server import ModelServer
 from .predictor_config import PredictorConfig
 from .protocol.infer_type import InferInput, InferOutput, InferRequest, InferResponse, RequestedOutput
 from .storage import Storage
+from .timeseries_model import TimeSeriesModel
 from .utils import utils
 from . import model_server
 
@@ -18,6 +19,6 @@ __all__ = [
     "BaseKServeModel", "InferenceModel", "InferenceVerb", "Model", "ModelServer", "ModelRepository",
     "PredictorConfig", "InferRequest", "InferResponse", "InferInput", "InferOutput", "RequestedOutput",
     "InferenceRESTClient", "InferenceGRPCClient", "RESTConfig", "Storage", "constants", "errors", "logging", "utils",
-    "model_server",
+    "model_server", "TimeSeriesModel",
 ]
 

@@ -7,7 +7,7 @@ from tornado.web import Application
 
 from ..dataplane import DataPlane
 from ..errors import PayloadTooLarge
-from . import docs, streaming, v1, v2
+from . import docs, streaming, timeseries, v1, v2
 from .access_log import RequestLog
 from .base import LiveHandler, MetricsHandler, NotFoundHandler, lowercase_headers
 from .fast_path import FastPath
@@ -49,6 +49,7 @@ def make_app(dataplane: DataPlane, access_log_format: Optional[str] = None, enab
         (r"/v2/systemsharedmemory/unregister", v2.SharedMemoryUnregisterHandler),
         (rf"/v2/systemsharedmemory/region/{_REGION}/unregister", v2.SharedMemoryUnregisterHandler),
         (rf"/v2/repository/models/{_MODEL}/(load|unload)", v2.RepositoryHandler),
+        *timeseries.routes(),
         (r"/openapi\.json", docs.OpenAPIHandler),
         *docs.docs_routes(enable_docs_url),
     ]
