@@ -144,13 +144,14 @@ class Call:
             return None
         self._open = False
         duration = _perf() - self.started
-        metrics.request_finished(self._label(self.model_name), self.protocol, self.endpoint, status, duration)
+        self._label = label = self._label(self.model_name)  # from now on the label itself
+        metrics.request_finished(label, self.protocol, self.endpoint, status, duration)
         return duration
 
     @property
     def model_label(self) -> str:
         """The model name as metrics and the access log name it: registered models only."""
-        return self._label(self.model_name)
+        return self._label if not self._open else self._label(self.model_name)
 
 
 def model_call_finished(model_name: str, timings: Timings, total_ns: int, ok: bool,

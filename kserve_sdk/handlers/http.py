@@ -94,19 +94,19 @@ class _BodyLimit(httputil.HTTPMessageDelegate):
     headers skips the body timeout (``--body_timeout_seconds``), whose timer would cost every request.
     """
 
-    __slots__ = ("_delegate", "_conn", "_limit", "_fast", "_request", "_received", "_refused", "_chunked")
+    __slots__ = ("_delegate", "_conn", "_limit", "_fast", "_start", "_received", "_refused", "_chunked")
 
     def __init__(self, delegate: httputil.HTTPMessageDelegate, conn: httputil.HTTPConnection, limit: int,
                  fast: FastPath):
         self._delegate, self._conn, self._limit, self._fast = delegate, conn, limit, fast
-        self._request: Optional[httputil.HTTPServerRequest] = None
+        self._start: Optional[tuple] = None  # (start line, headers): made into a request only for a 413
         self._received = 0
         self._refused: Optional[str] = None
         self._chunked = False
 
     def headers_received(self, start_line: Union[httputil.RequestStartLine, httputil.ResponseStartLine],
                          headers: httputil.HTTPHeaders) -> Optional[Awaitable[None]]:
-        self._request = httputil.HTTPServerRequest(connection=self._conn, start_line=start_line, headers=headers)
+        self._start = (start_line, headers)
         length = headers.get("Content-Length")
         if length is not None and length.isdigit() and int(length) > self._limit:
             self._refused = (f"the request body of {int(length)} bytes is larger than the {self._limit} bytes "
@@ -149,13 +149,14 @@ class _BodyLimit(httputil.HTTPMessageDelegate):
 
     def _answer(self, close: bool = False) -> None:
         """Send the 413; with ``close`` the body is not read and the connection closes once it is sent."""
-        request, fast = self._request, self._fast
+        fast, (start_line, headers) = self._fast, self._start
+        request = httputil.HTTPServerRequest(connection=self._conn, start_line=start_line, headers=headers)
         protocol, endpoint, model = fast.labels_of(request.path)
         call = fast.dataplane.open_call(protocol, endpoint, lowercase_headers(request.headers), model)
         status, reply = error_reply(call, PayloadTooLarge(self._refused), f"{request.method} {request.path}")
-        headers, body = answer_headers(call, request, status, reply, False)
+        answer, body = answer_headers(call, request, status, reply, False)
         if close:
-            headers["Connection"] = "close"
-        self._conn.write_headers(httputil.ResponseStartLine("HTTP/1.1", status, "Payload Too Large"), headers, body)
+            answer["Connection"] = "close"
+        self._conn.write_headers(httputil.ResponseStartLine("HTTP/1.1", status, "Payload Too Large"), answer, body)
         self._conn.finish()
-        fast.request_log.finished(call, request, status, headers)
+        fast.request_log.finished(call, request, status, answer)
