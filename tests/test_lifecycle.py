@@ -58,6 +58,17 @@ def in_flight(server, protocol: str) -> float:
     return value(scrape(server), "kserve_requests_in_flight", protocol=protocol) - (protocol == "rest_v2")
 
 
+def eventually(read, expected, timeout: float = 10.0):
+    """``read()`` once it equals ``expected`` (bounded): a stream's call closes just after its last message is
+    sent, so the client can ask before the server has counted it."""
+    deadline = time.monotonic() + timeout
+    got = read()
+    while got != expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+        got = read()
+    return got
+
+
 def counted(server, **labels) -> float:
     return value(scrape(server), "kserve_requests_total", **labels)
 
@@ -169,7 +180,7 @@ def test_grpc_errors_carry_the_request_id_in_trailing_metadata(server, stub, cas
 
 
 def test_sse_stream_returns_the_request_id_and_is_in_flight_while_it_runs(server):
-    body = {"text_input": "a b c d e f g h", "parameters": {"delay_ms": 100}}
+    body = {"text_input": " ".join(f"w{i}" for i in range(20)), "parameters": {"delay_ms": 100}}
     before = counted(server, model_name="tokens", protocol="rest_v2", endpoint="generate_stream", status="200")
     with httpx.Client(timeout=10) as client:
         with client.stream("POST", f"{server.url}/v2/models/tokens/generate_stream", json=body,
@@ -179,9 +190,10 @@ def test_sse_stream_returns_the_request_id_and_is_in_flight_while_it_runs(server
             assert next(lines).startswith("data: ")
             assert in_flight(server, "rest_v2") == 1
             rest = [line for line in lines if line.startswith("data: ")]
-    assert len(rest) == 7
-    assert in_flight(server, "rest_v2") == 0
-    assert counted(server, model_name="tokens", protocol="rest_v2", endpoint="generate_stream", status="200") == before + 1
+    assert len(rest) == 19
+    assert eventually(lambda: in_flight(server, "rest_v2"), 0) == 0
+    labels = dict(model_name="tokens", protocol="rest_v2", endpoint="generate_stream", status="200")
+    assert eventually(lambda: counted(server, **labels), before + 1) == before + 1
     assert len(access_lines(server, "sse-1")) == 1
 
 
@@ -195,7 +207,8 @@ def test_grpc_stream_returns_the_request_id_and_each_request_is_in_flight_and_co
     ok = dict(model_name="tokens", protocol="grpc", endpoint="ModelStreamInfer", status="OK")
     missing = dict(model_name="", protocol="grpc", endpoint="ModelStreamInfer", status="NOT_FOUND")
     before_ok, before_missing = counted(server, **ok), counted(server, **missing)
-    requests = iter([_stream_requests("tokens", "a b c d e"), fp32_request("nosuch")])
+    words = " ".join(f"w{i}" for i in range(20))  # 2 s of tokens: time to look while the stream runs
+    requests = iter([_stream_requests("tokens", words), fp32_request("nosuch")])
     call = stub.ModelStreamInfer(requests, metadata=(("x-request-id", "gs-1"),), timeout=20)
     assert dict(call.initial_metadata())["x-request-id"] == "gs-1"
     answers = iter(call)
@@ -203,10 +216,11 @@ def test_grpc_stream_returns_the_request_id_and_each_request_is_in_flight_and_co
     assert not first.error_message and first.infer_response.id == "s1"
     assert in_flight(server, "grpc") == 1
     rest = list(answers)
-    assert len(rest) == 5 and "nosuch does not exist" in rest[-1].error_message
+    assert len(rest) == 20 and "nosuch does not exist" in rest[-1].error_message
     assert call.code() == grpc.StatusCode.OK
-    assert in_flight(server, "grpc") == 0
-    assert counted(server, **ok) == before_ok + 1 and counted(server, **missing) == before_missing + 1
+    assert eventually(lambda: in_flight(server, "grpc"), 0) == 0
+    assert eventually(lambda: counted(server, **ok), before_ok + 1) == before_ok + 1
+    assert eventually(lambda: counted(server, **missing), before_missing + 1) == before_missing + 1
 
 
 def test_grpc_request_stream_is_one_counted_call(server, stub):
@@ -218,7 +232,7 @@ def test_grpc_request_stream_is_one_counted_call(server, stub):
     answers = list(call)
     assert UUID.match(dict(call.initial_metadata())["x-request-id"])
     assert len(answers) == 1 and answers[0].infer_response.outputs[0].name == "sum"
-    assert counted(server, **labels) == before + 1
+    assert eventually(lambda: counted(server, **labels), before + 1) == before + 1
 
 
 # exception kind (the failing/faulty model's instance) -> (HTTP status, gRPC code, log level, traceback)
