@@ -12,7 +12,7 @@ import socket
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Coroutine, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Dict, List, Optional
 
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
@@ -141,6 +141,10 @@ def _apply_batching_flags(model: BaseKServeModel) -> None:
         model.max_latency_ms = args.max_batch_latency_ms
 
 
+if TYPE_CHECKING:  # imported by the property that returns it, when used
+    from .protocol.model_repository_extension import ModelRepositoryExtension
+
+#: What register_exception_handler takes: handler(loop, context), asyncio's exception-handler signature.
 ExceptionHandler = Callable[[asyncio.AbstractEventLoop, Dict[str, Any]], None]
 
 
@@ -369,7 +373,7 @@ class ModelServer:
             self.dataplane, self.grpc_port, self.max_threads,
             self.grpc_max_send_message_length, self.grpc_max_receive_message_length, reuse_port)
 
-    def register_exception_handler(self, handler: "ExceptionHandler") -> None:
+    def register_exception_handler(self, handler: ExceptionHandler) -> None:
         """Use ``handler(loop, context)`` as the event loop's exception handler (asyncio's
         ``loop.set_exception_handler``): it is called with the loop and asyncio's context dict (``message``,
         ``exception``, ...) for errors nothing else catches, such as a failing callback. Call it before
@@ -399,7 +403,7 @@ class ModelServer:
             loop.add_signal_handler(sig, self.stop, sig)
 
     @property
-    def model_repository_extension(self):
+    def model_repository_extension(self) -> "ModelRepositoryExtension":
         """KServe's model repository extension (``index`` / ``load`` / ``unload``) over this server's models."""
         from .protocol.model_repository_extension import ModelRepositoryExtension
 
