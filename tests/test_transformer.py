@@ -1,5 +1,4 @@
 """A transformer (samples/transformer) forwarding to a predictor (samples/custom_model) over REST."""
-import json
 
 import numpy as np
 import pytest
