@@ -25,6 +25,16 @@ from .protocol.infer_type import InferRequest
 _FORWARDED_HEADERS = ("x-request-id", "x-b3-traceid", "authorization")
 
 
+def check_lists(payload: Any) -> Any:
+    """``payload`` itself, unless it is a dict whose ``instances`` (v1) or ``inputs`` (v2) is not a list:
+    InvalidInput naming the field."""
+    if isinstance(payload, dict):
+        for key in ("instances", "inputs"):
+            if key in payload and not isinstance(payload[key], list):
+                raise InvalidInput(f'Expected "{key}" to be a list')
+    return payload
+
+
 def forwardable_headers(headers: Optional[Dict[str, str]], base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """The request headers a transformer passes on to its predictor, added to ``base``."""
     out = dict(base) if base else {}
@@ -245,7 +255,8 @@ class Model(InferenceModel):
 
     async def _preprocess(self, body: Any, headers: Dict[str, str]) -> Any:
         if self._overrides("preprocess"):
-            body = await call_stage(self.preprocess, body, headers)
+            # the body as it came is checked too: a preprocess may turn {"instances": 5} into valid input
+            body = await call_stage(self.preprocess, check_lists(body), headers)
         return self.validate(body)
 
     # --- streaming ----------------------------------------------------------------------------------
@@ -301,11 +312,7 @@ class Model(InferenceModel):
 
     def validate(self, payload: Any) -> Any:
         """Reject payloads whose ``instances`` (v1) or ``inputs`` (v2) is not a list."""
-        if isinstance(payload, dict):
-            for key in ("instances", "inputs"):
-                if key in payload and not isinstance(payload[key], list):
-                    raise InvalidInput(f'Expected "{key}" to be a list')
-        return payload
+        return check_lists(payload)
 
     async def preprocess(self, payload: Union[Dict, InferRequest],
                          headers: Optional[Dict[str, str]] = None) -> Any:

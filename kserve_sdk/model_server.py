@@ -12,7 +12,7 @@ import socket
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Coroutine, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Dict, List, Optional
 
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
@@ -141,6 +141,21 @@ def _apply_batching_flags(model: BaseKServeModel) -> None:
         model.max_latency_ms = args.max_batch_latency_ms
 
 
+if TYPE_CHECKING:  # imported by the property that returns it, when used
+    from .protocol.model_repository_extension import ModelRepositoryExtension
+
+#: What register_exception_handler takes: handler(loop, context), asyncio's exception-handler signature.
+ExceptionHandler = Callable[[asyncio.AbstractEventLoop, Dict[str, Any]], None]
+
+
+def _current_loop() -> asyncio.AbstractEventLoop:
+    """The running loop; outside one (a user calling a setup method early), the loop asyncio would hand out."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.get_event_loop_policy().get_event_loop()
+
+
 def loop_factory(event_loop: str) -> Optional[Callable[[], asyncio.AbstractEventLoop]]:
     """What makes the event loop ``--event-loop`` names (None: asyncio's own). ``auto`` takes uvloop when it
     is installed; ``uvloop`` without it installed is an error that says so."""
@@ -211,6 +226,7 @@ class ModelServer:
                                    args.request_timeout_seconds, args.allow_client_shm)
         self._stopping: Optional[asyncio.Event] = None
         self._servers: List[Any] = []
+        self._custom_exception_handler: Optional[ExceptionHandler] = None
 
     def register_model(self, model: BaseKServeModel, name: Optional[str] = None) -> None:
         """Serve ``model`` under ``name`` (default: its own name); a second name serves it twice."""
@@ -280,12 +296,10 @@ class ModelServer:
     async def _serve(self, sockets: Optional[List[socket.socket]] = None, reuse_port: bool = False,
                      control_dir: str = "") -> None:
         loop = asyncio.get_running_loop()
-        loop.set_default_executor(ThreadPoolExecutor(max_workers=self.max_asyncio_workers,
-                                                     thread_name_prefix="default"))
+        self.setup_event_loop()
         executor.configure(self.max_asyncio_workers, args.inline_sync_below_ms)
         self._stopping = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
-            loop.add_signal_handler(sig, self.stop, sig)
+        self.register_signal_handler()
         for model in self.registered_models.get_models().values():
             model.start()
             if model.engine:
@@ -358,6 +372,42 @@ class ModelServer:
         self._grpc_server = await start_grpc_server(
             self.dataplane, self.grpc_port, self.max_threads,
             self.grpc_max_send_message_length, self.grpc_max_receive_message_length, reuse_port)
+
+    def register_exception_handler(self, handler: ExceptionHandler) -> None:
+        """Use ``handler(loop, context)`` as the event loop's exception handler (asyncio's
+        ``loop.set_exception_handler``): it is called with the loop and asyncio's context dict (``message``,
+        ``exception``, ...) for errors nothing else catches, such as a failing callback. Call it before
+        ``start``; ``default_exception_handler`` is what it replaces, and a handler may call it."""
+        self._custom_exception_handler = handler
+
+    def default_exception_handler(self, loop: asyncio.AbstractEventLoop, context: Dict[str, Any]) -> None:
+        """The event loop's exception handler unless one is registered: log the error, then let asyncio's
+        own handler log it with its traceback."""
+        if "exception" in context:
+            logger.error("Caught exception: %s", context.get("exception"))
+        logger.error("message: %s", context.get("message"))
+        loop.default_exception_handler(context)
+
+    def setup_event_loop(self) -> None:
+        """Set up the server's event loop: the registered (or default) exception handler and a thread pool
+        of ``max_asyncio_workers`` threads for synchronous model code. ``start`` calls it on its loop."""
+        loop = _current_loop()
+        loop.set_exception_handler(self._custom_exception_handler or self.default_exception_handler)
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=self.max_asyncio_workers,
+                                                     thread_name_prefix="default"))
+
+    def register_signal_handler(self) -> None:
+        """Make SIGTERM, SIGINT and SIGQUIT call ``stop`` (a graceful drain). ``start`` calls it on its loop."""
+        loop = _current_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            loop.add_signal_handler(sig, self.stop, sig)
+
+    @property
+    def model_repository_extension(self) -> "ModelRepositoryExtension":
+        """KServe's model repository extension (``index`` / ``load`` / ``unload``) over this server's models."""
+        from .protocol.model_repository_extension import ModelRepositoryExtension
+
+        return ModelRepositoryExtension(self.registered_models)
 
     def stop(self, sig: Optional[int] = None) -> None:
         """Begin a graceful stop: refuse new inference calls, let those in flight finish, then exit."""

@@ -8,7 +8,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import pytest
 
@@ -49,8 +49,10 @@ def stop_process_group(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeou
 class Server:
     """A server process started from a script with KServe CLI flags."""
 
-    def __init__(self, script: str, args: List[str], env: Optional[dict] = None, grpc: bool = True):
+    def __init__(self, script: str, args: List[str], env: Optional[dict] = None, grpc: bool = True,
+                 python_args: Sequence[str] = ()):
         self.script, self.args, self.extra_env, self.grpc = script, list(args), env or {}, grpc
+        self.python_args = list(python_args)  # what goes between python and the script, e.g. -m kserve_sdk
         self.proc: Optional[subprocess.Popen] = None
         self.log_file = tempfile.NamedTemporaryFile(prefix="kserve-sdk-test-", suffix=".log", delete=False)
 
@@ -65,7 +67,7 @@ class Server:
     def start(self, wait_ready: bool = True, attempts: int = 3) -> "Server":
         for _ in range(attempts):
             self.http_port, self.grpc_port = free_port(), free_port()
-            argv = [sys.executable, self.script, "--http_port", str(self.http_port),
+            argv = [sys.executable, *self.python_args, self.script, "--http_port", str(self.http_port),
                     "--grpc_port", str(self.grpc_port), "--enable_grpc", str(self.grpc).lower(), *self.args]
             env = {**os.environ, "PYTHONPATH": ROOT, "PYTHONUNBUFFERED": "1", **self.extra_env}
             self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self.log_file, stderr=subprocess.STDOUT,
@@ -106,8 +108,9 @@ def start_server():
     """A factory: ``start_server("tests/models/x.py", "--flag", "v")``; every server is stopped at the end."""
     started: List[Server] = []
 
-    def start(script: str, *args: str, env: Optional[dict] = None, grpc: bool = True, wait: bool = True) -> Server:
-        server = Server(os.path.join(ROOT, script), list(args), env=env, grpc=grpc)
+    def start(script: str, *args: str, env: Optional[dict] = None, grpc: bool = True, wait: bool = True,
+              python_args: Sequence[str] = ()) -> Server:
+        server = Server(os.path.join(ROOT, script), list(args), env=env, grpc=grpc, python_args=python_args)
         started.append(server)
         return server.start(wait_ready=wait)
 

@@ -265,7 +265,9 @@ def test_repository_is_buildpacks_ready():
     assert lines == [".[samples]"]  # the package and the default sample's scikit-learn
     with open(os.path.join(SAMPLES_DIR, "custom_model", "requirements.txt")) as f:
         sample_pins = {ln.split("==")[0]: ln.strip() for ln in f if "==" in ln}
-    assert samples_extra() == list(sample_pins.values())
+    # the sample's pins, and tritonclient's HTTP client for the README's examples
+    assert [r for r in samples_extra() if "==" in r] == list(sample_pins.values())
+    assert [r for r in samples_extra() if "==" not in r] == ["tritonclient[http]>=2.40"]
 
 
 # --- InferenceService YAMLs -------------------------------------------------------------------------------
@@ -474,6 +476,7 @@ def test_getting_started_commands_work_on_a_clean_clone(workdir, wheelhouse, sam
         wait_ready(http, proc, log)
         status, body = post(http, "/v1/models/model:predict", {"instances": [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.8, 2.2]]})
         assert (status, body) == (200, {"predictions": [0, 2]})
+        check_readme_examples(clone, http, workdir)
     finally:
         for proc in background:
             stop(proc)
@@ -486,6 +489,55 @@ def test_getting_started_commands_work_on_a_clean_clone(workdir, wheelhouse, sam
     assert "bash hack/serve.sh" in readme_start and "bash hack/test.sh" in readme_start
 
 
+def check_readme_examples(clone: str, sample_port: int, workdir: str) -> None:
+    """The README's examples as a newcomer runs them, in the environment its own commands made (the
+    clone's .venv, from `bash hack/serve.sh`):
+    - a Python block that serves a model (`__main__`) is saved as the file the next shell block runs
+      with `python`; that server is started on free ports and the block's other commands are its calls;
+    - every other Python block and shell command talking to localhost runs against the served sample
+      (`sample_port`);
+    - each prints what its `# ...` lines say (for Python, the comment closing its `print` line)."""
+    with open(os.path.join(clone, "README.md")) as f:
+        blocks = [(info, body) for kind, info, body in markdown_parts(f.read()) if kind == "code"]
+    python_blocks = 0
+    for i, (info, body) in enumerate(blocks):
+        if info == "python" and "__main__" in body:
+            python_blocks += 1
+            (start, _), *calls = shell_commands(blocks[i + 1][1])
+            script = re.search(r"python (\S+\.py)", start).group(1)
+            with open(os.path.join(clone, script), "w") as f:
+                f.write(body)
+            serve_readme_model(clone, start, calls, workdir)
+        elif info == "python":
+            python_blocks += 1
+            code = body.replace("localhost:8080", f"127.0.0.1:{sample_port}")
+            out = run([os.path.join(clone, ".venv", "bin", "python"), "-c", code], clone, BASE_ENV).stdout
+            assert out.splitlines() == re.findall(r"^print\(.*#\s*(.+?)\s*$", body, re.M), (body, out)
+        elif info in ("sh", "bash", "shell") and (i == 0 or "__main__" not in blocks[i - 1][1]):
+            for command, expected_lines in shell_commands(body):
+                if "localhost:" in command:
+                    command = command.replace("localhost:8080", f"127.0.0.1:{sample_port}")
+                    check_output(command, run(command, clone, BASE_ENV, shell=True).stdout, expected_lines)
+    assert python_blocks >= 2, "the README's Python examples were not found"
+
+
+def serve_readme_model(clone: str, start: str, calls: List[Tuple[str, List[str]]], workdir: str) -> None:
+    """Start the README's `python my_model.py --http_port 8080 ...` line on free ports and run its calls."""
+    ports = {"8080": str(free_port()), "8081": str(free_port())}
+    argv = [ports.get(token, token) for token in shlex.split(start, comments=True)]
+    log = os.path.join(workdir, "readme-model.log")
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, cwd=clone, env=BASE_ENV, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        wait_ready(int(ports["8080"]), proc, log)
+        for command, expected_lines in calls:
+            command = command.replace("localhost:8080", f"127.0.0.1:{ports['8080']}")
+            check_output(command, run(command, clone, BASE_ENV, shell=True).stdout, expected_lines)
+    finally:
+        stop(proc)
+
+
 def post(port: int, path: str, doc) -> Tuple[int, object]:
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(doc).encode(), method="POST")
     with urllib.request.urlopen(request, timeout=30) as response:
@@ -493,15 +545,25 @@ def post(port: int, path: str, doc) -> Tuple[int, object]:
 
 
 # --- running the samples ------------------------------------------------------------------------------------
-def honcho_lines(sample: str) -> List[str]:
-    lines = [cmd for cmd, _ in readme_commands(sample) if "honcho start" in cmd]
-    assert lines, f"samples/{sample}/README.md shows no `honcho start`"
-    return lines
-
-
-def client_commands(sample: str) -> List[Tuple[str, List[str]]]:
-    return [(cmd, expected) for cmd, expected in readme_commands(sample)
-            if "localhost:" in cmd and not cmd.split()[0] in ("docker", "pack", "kubectl", "honcho")]
+def honcho_runs(sample: str) -> List[Tuple[List[str], List[Tuple[str, List[str]]]]]:
+    """The README's ways to start the sample, each with the client commands meant for it: a shell block
+    with `honcho start` lines (alternatives of one another) starts a run, and the commands that talk to
+    localhost after it, up to the next such block, are that run's."""
+    with open(os.path.join(SAMPLES_DIR, sample, "README.md")) as f:
+        blocks = [shell_commands(body) for kind, info, body in markdown_parts(f.read())
+                  if kind == "code" and info in ("sh", "bash", "shell")]
+    runs: List[Tuple[List[str], List[Tuple[str, List[str]]]]] = []
+    for commands in blocks:
+        starts = [cmd for cmd, _ in commands if "honcho start" in cmd]
+        if starts:
+            runs.append((starts, []))
+        clients = [(cmd, expected) for cmd, expected in commands if "localhost:" in cmd
+                   and not cmd.split()[0] in ("docker", "pack", "kubectl", "honcho") and "honcho start" not in cmd]
+        assert runs or not clients, f"samples/{sample}/README.md calls the server before it shows `honcho start`"
+        if clients:
+            runs[-1][1].extend(clients)
+    assert runs, f"samples/{sample}/README.md shows no `honcho start`"
+    return runs
 
 
 def expected_output(sample: str, command: str) -> Optional[Tuple[str, str]]:
@@ -560,9 +622,10 @@ def test_sample_runs_as_its_readme_shows(sample, sample_envs, workdir):
     folder = os.path.join(SAMPLES_DIR, sample)
     venv = sample_envs[sample].result()
     run(["honcho", "check"], folder, venv_env(venv))
-    clients = client_commands(sample)
-    assert any(expected_output(sample, cmd) for cmd, _ in clients), "no README command sends input.json"
-    for line in honcho_lines(sample):
+    runs = honcho_runs(sample)
+    assert any(expected_output(sample, cmd) for _, clients in runs for cmd, _ in clients), \
+        "no README command sends input.json"
+    for line, clients in ((line, clients) for starts, clients in runs for line in starts):
         tokens = shlex.split(line, comments=True)
         assignments = {}
         while "=" in tokens[0]:

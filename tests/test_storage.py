@@ -438,6 +438,47 @@ def test_local_file_and_pvc_are_used_in_place_or_linked(clean_env, tmp_path):
     assert resolve_model_dir("/ignored") == str(src)  # STORAGE_URI overrides --model_dir; nothing copied
 
 
+@pytest.mark.parametrize("name,data", [("model.tar.gz", OBJECTS["archive/model.tar.gz"]),
+                                       ("model.zip", OBJECTS["zip/model.zip"])])
+def test_local_archive_is_extracted_and_left_untouched(name, data, clean_env, tmp_path):
+    source = tmp_path / "src" / name
+    source.parent.mkdir()
+    source.write_bytes(data)
+    for spelling in (str(source), f"file://{source}"):
+        out = tmp_path / ("out-" + spelling.split(":")[0])
+        assert Storage.download(spelling, str(out)) == str(out)
+        assert sha_tree(str(out)) == TREE_SHA and not os.path.islink(out / "weights.bin")
+    assert sha_tree(Storage.download(str(source))) == TREE_SHA  # no out_dir: a new temporary directory
+    # STORAGE_URI: extracted into --model_dir, else into the cache (replaced in place by the next start)
+    clean_env.setenv("STORAGE_URI", f"file://{source}")
+    clean_env.setenv("KSERVE_SDK_MODEL_CACHE", str(tmp_path / "cache"))
+    cached = resolve_model_dir(None)
+    assert os.path.dirname(cached) == str(tmp_path / "cache") and sha_tree(cached) == TREE_SHA
+    assert resolve_model_dir(None) == cached and sorted(os.listdir(tmp_path / "cache")) == [os.path.basename(cached)]
+    assert resolve_model_dir(str(tmp_path / "flag")) == str(tmp_path / "flag")
+    assert sha_tree(str(tmp_path / "flag")) == TREE_SHA
+    assert os.listdir(tmp_path / "src") == [name] and source.read_bytes() == data  # the source as it was
+
+
+def test_corrupt_local_archive_fails_and_is_kept(clean_env, tmp_path):
+    source = tmp_path / "corrupt.tar.gz"
+    source.write_bytes(OBJECTS["bad/corrupt.tar.gz"])
+    with pytest.raises(StorageError, match="corrupt archive corrupt.tar.gz") as e:
+        Storage.download(f"file://{source}", str(tmp_path / "out"))
+    assert str(source) in str(e.value)
+    assert not (tmp_path / "out").exists() and source.read_bytes() == OBJECTS["bad/corrupt.tar.gz"]
+
+
+def test_iris_sample_serves_a_local_archive(start_server, tmp_path):
+    archive = tmp_path / "iris.tar.gz"
+    archive.write_bytes(tar_bytes({ARTEFACT: OBJECTS[f"iris-swapped/{ARTEFACT}"]}))
+    server = start_server(SAMPLE, "--model_name", "iris", env={
+        "STORAGE_URI": f"file://{archive}", "KSERVE_SDK_MODEL_CACHE": str(tmp_path / "cache")})
+    # the swapped model answers 2 for setosa: the sample loaded what the archive held
+    assert post_json(server.http_port, "/v1/models/iris:predict", SETOSA)[2] == {"predictions": [2]}
+    server.stop()
+
+
 def test_server_model_dir_for_remote_uris(web, clean_env, tmp_path):
     uri = f"{web.url}/f/iris/{ARTEFACT}"
     clean_env.setenv("STORAGE_URI", uri)

@@ -1,5 +1,4 @@
 """A transformer (samples/transformer) forwarding to a predictor (samples/custom_model) over REST."""
-import json
 
 import numpy as np
 import pytest
@@ -57,3 +56,16 @@ def test_transformer_without_reachable_predictor(start_server):
     status, _, body = post_json(transformer.http_port, "/v1/models/iris:predict", {"instances": [SETOSA_MM]})
     assert status == 503
     assert "cannot reach" in body["error"]
+
+
+def test_transformer_refuses_instances_that_are_not_a_list(start_server):
+    """The body is checked before preprocess runs: the sample's preprocess would fail on it with a 500
+    (and one that accepted it would answer 200)."""
+    from conftest import free_port
+
+    transformer = start_server("samples/transformer/model.py", "--model_name", "iris",
+                               "--predictor_host", f"127.0.0.1:{free_port()}", grpc=False)
+    for body, field in (({"instances": 5}, "instances"), ({"inputs": 5}, "inputs"),
+                        ({"instances": {"sepal_length_mm": 51}}, "instances")):
+        status, _, answer = post_json(transformer.http_port, "/v1/models/iris:predict", body)
+        assert (status, answer) == (400, {"error": f'Expected "{field}" to be a list'}), body

@@ -91,6 +91,11 @@ def _param_value(value: Any) -> Any:
     return value
 
 
+def _fields(obj: Any, names: Tuple[str, ...]) -> Dict[str, Any]:
+    """The named attributes of a pydantic-style object that are set, as a v2 JSON object."""
+    return {name: getattr(obj, name) for name in names if getattr(obj, name, None) is not None}
+
+
 class InferRequest:
     """A v2 inference request: model name, input tensors, parameters and requested outputs."""
 
@@ -146,6 +151,21 @@ class InferRequest:
         from .rest_codec import infer_request_from_dict
 
         return infer_request_from_dict(body, model_name, b"", None)
+
+    @classmethod
+    def from_inference_request(cls, request: Any, model_name: str) -> "InferRequest":
+        """Build a request from KServe's ``InferenceRequest`` (the parsed v2 REST body: ``id``,
+        ``parameters``, ``inputs`` with ``name``/``shape``/``datatype``/``data``/``parameters``,
+        ``outputs``), or from the same fields as a dict. Inputs are checked as a v2 REST body's are:
+        InvalidInput names what is wrong."""
+        if isinstance(request, dict):
+            return cls.from_dict(request, model_name)
+        body: Dict[str, Any] = {"id": getattr(request, "id", None), "parameters": getattr(request, "parameters", None),
+                                "inputs": [_fields(i, ("name", "shape", "datatype", "data", "parameters"))
+                                           for i in request.inputs or []]}
+        if getattr(request, "outputs", None):
+            body["outputs"] = [_fields(o, ("name", "parameters")) for o in request.outputs]
+        return cls.from_dict({k: v for k, v in body.items() if v is not None}, model_name)
 
     @classmethod
     def from_grpc(cls, request) -> "InferRequest":

@@ -71,7 +71,8 @@ class Storage:
         """Make the model at ``uri`` available locally and return its directory (or local path).
 
         Local paths, ``file://`` and ``pvc://`` are returned in place, or symlinked file by file into
-        ``out_dir`` when one is given. Remote URIs are downloaded into ``out_dir`` (a new temporary
+        ``out_dir`` when one is given; one naming an archive file is extracted as a downloaded archive is
+        (the archive itself left as it was). Remote URIs are downloaded into ``out_dir`` (a new temporary
         directory when None) atomically: fetched into a sibling directory and renamed into place when
         complete, so a failure leaves ``out_dir`` as it was. A single downloaded archive (``.tar``,
         ``.tar.gz``, ``.tgz``, ``.zip``) is extracted safely and removed. ``allow_patterns`` /
@@ -80,14 +81,15 @@ class Storage:
         """
         if not uri:
             raise StorageError("empty STORAGE_URI")
-        if is_local(uri):
+        if is_local(uri) and not local.is_archive_file(uri):
             try:
                 return local.download(uri, out_dir, allow_patterns, ignore_patterns)
             except StorageError as e:
                 raise StorageError(e.cause, uri) from e
             except OSError as e:
                 raise StorageError(f"{type(e).__name__}: {e}", uri) from e
-        fetch = _remote_fetcher(uri)
+        # a local archive is linked into the work directory and unpacked there, as a download would be
+        fetch = local.download if is_local(uri) else _remote_fetcher(uri)
         if fetch is None:
             return _delegate(uri, out_dir)
         target = out_dir if out_dir is not None else tempfile.mkdtemp(prefix="kserve-sdk-model-")
@@ -122,7 +124,8 @@ def resolve_model_dir(model_dir: Optional[str] = None) -> str:
     """The server's model directory.
 
     Without ``STORAGE_URI``: ``model_dir`` (``--model_dir``) or ``/mnt/models``. With a local, ``file://``
-    or ``pvc://`` ``STORAGE_URI``: that path, in place. With a remote one: its download into
+    or ``pvc://`` ``STORAGE_URI``: that path, in place. With a remote one, or a local archive file: its
+    download (or extraction) into
     ``model_dir`` when given, else into :func:`cache_dir`; except when ``model_dir`` (default
     ``/mnt/models``) is a mount point that already holds files, as it is in a KServe pod whose storage
     initializer has run: then that directory is used as it is. Raises StorageError.
@@ -130,7 +133,7 @@ def resolve_model_dir(model_dir: Optional[str] = None) -> str:
     uri = os.environ.get("STORAGE_URI")
     if not uri:
         return model_dir or MODEL_MOUNT_DIRS
-    if is_local(uri):
+    if is_local(uri) and not local.is_archive_file(uri):
         return Storage.download(uri)
     from ..logging import logger
 

@@ -1,10 +1,12 @@
 """Local paths, ``file://`` and ``pvc://``: the files are already on this machine, so they are used in place
-(or linked into ``out_dir`` when one is asked for)."""
+(or linked into ``out_dir`` when one is asked for). A single archive file is the exception: Storage links it
+into a work directory with :func:`download` and unpacks it there, as it does a downloaded one."""
 import os
 from typing import Optional
 from urllib.parse import unquote, urlparse
 
 from ..constants.constants import MODEL_MOUNT_DIRS
+from .archive import is_archive
 from .common import Patterns, StorageError, selected
 
 PVC_ROOT_ENV = "KSERVE_SDK_PVC_ROOT"
@@ -24,6 +26,12 @@ def local_path(uri: str) -> str:
         host = parsed.netloc if parsed.netloc not in ("", "localhost") else ""
         return os.path.abspath(os.path.expanduser(host + unquote(parsed.path)))
     return os.path.abspath(os.path.expanduser(uri))
+
+
+def is_archive_file(uri: str) -> bool:
+    """Whether a local URI names one archive file (``.tar``, ``.tar.gz``, ``.tgz``, ``.zip``), to be extracted."""
+    path = local_path(uri)
+    return is_archive(path) and os.path.isfile(path)
 
 
 def download(uri: str, out_dir: Optional[str] = None, allow_patterns: Patterns = None,
