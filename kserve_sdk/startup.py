@@ -1,0 +1,66 @@
+"""Start-up problems told in one line: ports that cannot be bound, and flags that look like a typo of ours.
+
+A ``StartupFailure`` is logged by ``ModelServer.start`` as its one line, and the process exits with
+status 1, without a traceback: the message already says what to change.
+"""
+import difflib
+import errno
+import socket
+from argparse import ArgumentParser
+from typing import Iterable, List, Tuple
+
+from .logging import logger
+
+
+class StartupFailure(Exception):
+    """The server cannot start; the message names the flag or file to change."""
+
+
+def bind_failure(flag: str, port: int, error: OSError) -> StartupFailure:
+    """The failure to report when ``port`` (given by ``flag``) cannot be bound."""
+    if error.errno == errno.EADDRINUSE:
+        return StartupFailure(f"{flag} {port} is in use")
+    return StartupFailure(f"{flag} {port} cannot be bound: {error.strerror or error}")
+
+
+def check_port_free(flag: str, port: int) -> None:
+    """Raise a StartupFailure if nothing could listen on ``port`` on every interface right now, as
+    gRPC will (``[::]``), so a failure is told once, before worker processes are forked."""
+    family = socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does: TIME_WAIT is no obstacle
+        try:
+            probe.bind(("::" if family == socket.AF_INET6 else "", port))
+        except OSError as e:
+            raise bind_failure(flag, port, e) from None
+
+
+def _flag_names(parser: ArgumentParser) -> List[str]:
+    return [option for action in parser._actions for option in action.option_strings if option.startswith("--")]
+
+
+def _normal(flag: str) -> str:
+    return flag.lstrip("-").split("=", 1)[0].replace("-", "_").lower()
+
+
+def near_misses(unknown: Iterable[str], flags: Iterable[str]) -> List[Tuple[str, str]]:
+    """(given, meant) for each argument in ``unknown`` that looks like a misspelling of one of ``flags``.
+
+    Unknown flags are allowed (a KServe script passes its own), so only close look-alikes are named.
+    """
+    flags = list(flags)
+    by_normal = {_normal(flag): flag for flag in flags}
+    found = []
+    for given in unknown:
+        if not given.startswith("-") or given.lstrip("-")[:1].isdigit() or given in ("-", "--"):
+            continue
+        meant = difflib.get_close_matches(_normal(given), list(by_normal), n=1, cutoff=0.8)
+        if meant:
+            found.append((given.split("=", 1)[0], by_normal[meant[0]]))
+    return found
+
+
+def warn_near_misses(unknown: Iterable[str], parser: ArgumentParser) -> None:
+    """Log a warning for each unknown argument that looks like one of ``parser``'s flags."""
+    for given, meant in near_misses(unknown, _flag_names(parser)):
+        logger.warning("unknown flag %s ignored: did you mean %s?", given, meant)
