@@ -24,15 +24,20 @@ def bind_failure(flag: str, port: int, error: OSError) -> StartupFailure:
 
 
 def check_port_free(flag: str, port: int) -> None:
-    """Raise a StartupFailure if nothing could listen on ``port`` on every interface right now, as
-    gRPC will (``[::]``), so a failure is told once, before worker processes are forked."""
-    family = socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does: TIME_WAIT is no obstacle
+    """Raise a StartupFailure if nothing could listen on ``port`` on every interface right now, as gRPC
+    will (``[::]``, and ``0.0.0.0``), so a failure is told once, before worker processes are forked."""
+    for family, host in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
         try:
-            probe.bind(("::" if family == socket.AF_INET6 else "", port))
-        except OSError as e:
-            raise bind_failure(flag, port, e) from None
+            probe = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:  # no IPv6 on this machine
+            continue
+        with probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does: TIME_WAIT is no obstacle
+            try:
+                probe.bind((host, port))
+            except OSError as e:
+                if e.errno not in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+                    raise bind_failure(flag, port, e) from None
 
 
 def _flag_names(parser: ArgumentParser) -> List[str]:

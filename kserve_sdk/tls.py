@@ -90,13 +90,14 @@ class CertificatePair:
         return True
 
     async def watch(self, interval: float = POLL_SECONDS) -> None:
-        """Poll the files every ``interval`` seconds and reload them when they change (runs until cancelled)."""
+        """Reload the files now if they changed since they were loaded (a worker started again later
+        than its siblings), then poll them every ``interval`` seconds (runs until cancelled)."""
         while True:
-            await asyncio.sleep(interval)
             try:
                 self.reload_if_changed()
             except Exception:  # the watcher must outlive any surprise; the pair in service stays
                 logger.exception("TLS: checking %s failed", self.certfile)
+            await asyncio.sleep(interval)
 
     def grpc_credentials(self):
         """gRPC server credentials that serve the newest pair to each new connection."""
