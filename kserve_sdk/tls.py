@@ -2,7 +2,8 @@
 
 cert-manager and the kubelet rewrite a Secret's files while the server runs. Each worker polls the two
 files' identity (inode, size, modification time) once a second on its event loop, which costs two
-``stat`` calls, and when it changed loads the new pair into a new ``SSLContext``. The listening context
+``stat`` calls; once they have changed and then stayed the same for a poll (a writer rewrites the
+certificate and the key one after the other), it loads the new pair into a new ``SSLContext``. The listening context
 hands every new TLS handshake the newest context (its SNI callback, called on every handshake), so new
 connections get the new certificate while open ones keep the one they started with; gRPC's dynamic
 credentials ask for the newest pair at every new connection. A pair that does not load (a key that does
@@ -48,6 +49,7 @@ class CertificatePair:
         self.certfile, self.keyfile = certfile, keyfile
         self._stamp, self._current, self._pem = self._load()
         self._failed: Optional[_Stamp] = None  # the files' identity when they last failed to load
+        self._settling: Optional[_Stamp] = None  # a new identity seen at the last poll, not loaded yet
         self._pem_given_to_grpc: Optional[Tuple[bytes, bytes]] = None
         self.context = self._current
         self.context.sni_callback = self._newest_context
@@ -75,9 +77,13 @@ class CertificatePair:
             connection.context = self._current
 
     def reload_if_changed(self) -> bool:
-        """Load the pair again if its files changed since the last attempt; whether a new pair is served."""
+        """Load the pair again if its files changed since the last attempt and have not changed since the
+        previous call; whether a new pair is served."""
         stamp = self._files_stamp()
         if stamp == self._stamp or stamp == self._failed:
+            return False
+        if stamp != self._settling:  # still being written, perhaps: look again at the next poll
+            self._settling = stamp
             return False
         try:
             self._stamp, self._current, self._pem = self._load()
@@ -90,14 +96,13 @@ class CertificatePair:
         return True
 
     async def watch(self, interval: float = POLL_SECONDS) -> None:
-        """Reload the files now if they changed since they were loaded (a worker started again later
-        than its siblings), then poll them every ``interval`` seconds (runs until cancelled)."""
+        """Poll the files every ``interval`` seconds and reload them when they change (runs until cancelled)."""
         while True:
+            await asyncio.sleep(interval)
             try:
                 self.reload_if_changed()
             except Exception:  # the watcher must outlive any surprise; the pair in service stays
                 logger.exception("TLS: checking %s failed", self.certfile)
-            await asyncio.sleep(interval)
 
     def grpc_credentials(self):
         """gRPC server credentials that serve the newest pair to each new connection."""
