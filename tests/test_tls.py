@@ -144,6 +144,35 @@ def test_broken_pair_is_logged_once_and_the_old_one_kept_until_the_next_change(p
         os.unlink(server.log_file.name)
 
 
+def test_kubelet_style_symlink_swap_is_followed(tmp_path):
+    """A mounted Secret: tls.crt -> ..data/tls.crt, and ..data -> a dated folder swapped by one rename."""
+    ca = ThrowawayCA(str(tmp_path))
+
+    def publish(serial: int, name: str) -> None:
+        folder = tmp_path / name
+        folder.mkdir()
+        cert, key = ca.issue(serial)
+        (folder / "tls.crt").write_bytes(cert)
+        (folder / "tls.key").write_bytes(key)
+        os.symlink(name, tmp_path / "..data_tmp")
+        os.replace(tmp_path / "..data_tmp", tmp_path / "..data")
+
+    publish(2001, "..2026_first")
+    for name in ("tls.crt", "tls.key"):
+        os.symlink(os.path.join("..data", name), tmp_path / name)
+    server = TLSServer(ca.path, ["--ssl_certfile", str(tmp_path / "tls.crt"), "--ssl_keyfile",
+                                 str(tmp_path / "tls.key")], grpc=False)
+    try:
+        server.start()
+        assert peer_serial(server.http_port, ca.path) == 2001
+        publish(2002, "..2026_second")
+        assert _until(lambda: peer_serial(server.http_port, ca.path) == 2002), server.log()
+        assert KEPT not in server.log()
+    finally:
+        server.stop()
+        os.unlink(server.log_file.name)
+
+
 @pytest.mark.parametrize("case", ["mismatched", "missing key", "grpc_ssl alone", "cert alone"])
 def test_tls_start_up_failures_are_one_line(pair, case, start_server):
     ca, (cert_path, key_path) = pair
