@@ -7,7 +7,7 @@ import difflib
 import errno
 import socket
 from argparse import ArgumentParser
-from typing import Iterable, List, Tuple
+from typing import Iterable, List, Set, Tuple
 
 from .logging import logger
 
@@ -65,7 +65,21 @@ def near_misses(unknown: Iterable[str], flags: Iterable[str]) -> List[Tuple[str,
     return found
 
 
+def _flags_of_live_parsers() -> Set[str]:
+    """The flags of every argparse parser in this process: a script's own parser (``parents=[parser]``)
+    reads flags the server does not know, and those are no typos."""
+    import gc
+
+    return {option for obj in gc.get_objects() if isinstance(obj, ArgumentParser)
+            for action in obj._actions for option in action.option_strings}
+
+
 def warn_near_misses(unknown: Iterable[str], parser: ArgumentParser) -> None:
-    """Log a warning for each unknown argument that looks like one of ``parser``'s flags."""
-    for given, meant in near_misses(unknown, _flag_names(parser)):
-        logger.warning("unknown flag %s ignored: did you mean %s?", given, meant)
+    """Log a warning for each unknown argument that looks like one of ``parser``'s flags and that no
+    other parser in the process defines."""
+    found = near_misses(unknown, _flag_names(parser))
+    if found:  # rare: only then walk the heap for the script's own parsers
+        script_flags = _flags_of_live_parsers()
+        for given, meant in found:
+            if given not in script_flags:
+                logger.warning("unknown flag %s ignored: did you mean %s?", given, meant)

@@ -58,6 +58,23 @@ def test_near_miss_flag_warns_and_the_server_still_serves(start_server):
     assert "--my_own_flag" not in log and "WARNING" in log
 
 
+def test_a_flag_the_script_defines_is_no_near_miss():
+    code = """
+        import argparse
+        from kserve_sdk import model_server
+        from kserve_sdk.logging import configure_logging
+        from kserve_sdk.startup import warn_near_misses
+        parser = argparse.ArgumentParser(parents=[model_server.parser])
+        parser.add_argument("--batch_max_latency_ms", type=float)
+        configure_logging(None)
+        warn_near_misses(model_server._unknown_args, model_server.parser)
+    """
+    out = run_python(code, "--batch_max_latency_ms", "5", "--htpp_port", "1")
+    assert out.returncode == 0, out.stderr
+    assert "unknown flag --htpp_port ignored: did you mean --http_port?" in out.stderr, out.stderr
+    assert "batch_max_latency_ms" not in out.stderr, out.stderr
+
+
 def test_near_misses_leave_far_flags_and_values_alone():
     from kserve_sdk.startup import near_misses
 
