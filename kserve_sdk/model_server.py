@@ -281,6 +281,8 @@ class ModelServer:
             except TLSError as e:
                 raise StartupFailure(str(e)) from None
         if self.enable_grpc:
+            if self.grpc_port == self.http_port:
+                raise StartupFailure(f"--grpc_port and --http_port are both {self.http_port}: give them different ports")
             check_port_free("--grpc_port", self.grpc_port)
 
     def _bind_http(self) -> List[socket.socket]:

@@ -53,6 +53,7 @@ class CertificatePair:
         self._pem_given_to_grpc: Optional[Tuple[bytes, bytes]] = None
         self.context = self._current
         self.context.sni_callback = self._newest_context
+        logger.info("TLS: serving %s, reloaded when it or %s changes", certfile, keyfile)
 
     def _files_stamp(self) -> _Stamp:
         return _identity(self.certfile), _identity(self.keyfile)

@@ -32,6 +32,14 @@ def test_port_in_use_names_the_port_and_the_flag(start_server, taken_port, flag,
     _one_error_line(server.log(), f"{flag} {taken_port} is in use")
 
 
+def test_same_port_for_rest_and_grpc_is_refused(start_server):
+    port = str(free_port())
+    server = start_server("tests/models/zoo.py", "--http_port", port, "--grpc_port", port, "--workers", "2",
+                          env={"ZOO_MODELS": "echo"}, wait=False)
+    assert server.wait_exit() == 1
+    _one_error_line(server.log(), f"--grpc_port and --http_port are both {port}: give them different ports")
+
+
 def test_local_storage_uri_that_does_not_exist_names_the_path(tmp_path):
     missing = tmp_path / "no-model-here"
     out = run_python("import kserve_sdk.model_server", env={"STORAGE_URI": f"file://{missing}"})
