@@ -269,7 +269,7 @@ class ModelServer:
 
     def _check_startup(self) -> None:
         """Find what would stop the server before it starts (and before workers fork), so it is told once:
-        a TLS pair that does not load, a gRPC port in use."""
+        TLS flags that do not go together or a pair that does not load, a gRPC port that is taken."""
         if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
             raise StartupFailure("--ssl_certfile and --ssl_keyfile (KSERVE_TLS_CERT_FILE, KSERVE_TLS_KEY_FILE) "
                                  "go together: HTTPS needs both")
@@ -282,7 +282,8 @@ class ModelServer:
                 raise StartupFailure(str(e)) from None
         if self.enable_grpc:
             if self.grpc_port == self.http_port:
-                raise StartupFailure(f"--grpc_port and --http_port are both {self.http_port}: give them different ports")
+                raise StartupFailure(f"--grpc_port and --http_port are both {self.http_port}: "
+                                     "give them different ports")
             check_port_free("--grpc_port", self.grpc_port)
 
     def _bind_http(self) -> List[socket.socket]:

@@ -16,6 +16,12 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
+def _valid_for_a_day(builder: x509.CertificateBuilder) -> x509.CertificateBuilder:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    day, minutes = datetime.timedelta(days=1), datetime.timedelta(minutes=5)
+    return builder.not_valid_before(now - minutes).not_valid_after(now + day)
+
+
 def _key_pem(key) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
@@ -26,10 +32,8 @@ class ThrowawayCA:
 
     def __init__(self, directory: str):
         self.key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.timezone.utc)
-        self.cert = (x509.CertificateBuilder().subject_name(_name("kserve-sdk test CA")).issuer_name(_name("kserve-sdk test CA"))
-                     .public_key(self.key.public_key()).serial_number(1)
-                     .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        self.cert = (_valid_for_a_day(x509.CertificateBuilder()).subject_name(_name("kserve-sdk test CA"))
+                     .issuer_name(_name("kserve-sdk test CA")).public_key(self.key.public_key()).serial_number(1)
                      .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
                      .sign(self.key, hashes.SHA256()))
         self.path = os.path.join(directory, "ca.pem")
@@ -39,11 +43,10 @@ class ThrowawayCA:
     def issue(self, serial: int) -> Tuple[bytes, bytes]:
         """(certificate PEM, key PEM) of a server certificate for 127.0.0.1 and localhost numbered ``serial``."""
         key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.timezone.utc)
-        san = x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
-        cert = (x509.CertificateBuilder().subject_name(_name("localhost")).issuer_name(self.cert.subject)
-                .public_key(key.public_key()).serial_number(serial)
-                .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        san = x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                           x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+        cert = (_valid_for_a_day(x509.CertificateBuilder()).subject_name(_name("localhost"))
+                .issuer_name(self.cert.subject).public_key(key.public_key()).serial_number(serial)
                 .add_extension(san, critical=False)
                 .sign(self.key, hashes.SHA256()))
         return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
