@@ -29,8 +29,10 @@ from .logging import configure_logging, logger
 from .model import BaseKServeModel
 from .model_repository import ModelRepository
 from .predictor_config import PredictorConfig
+from .startup import StartupFailure, bind_failure, check_port_free, warn_near_misses
 from .storage import StorageError, resolve_model_dir
 from .storage import is_local as is_local_storage
+from .tls import CertificatePair, TLSError
 from .utils.utils import cpu_count, strtobool
 
 class _KServeArgumentParser(argparse.ArgumentParser):
@@ -109,8 +111,10 @@ _flag("body_timeout_seconds", default=300, type=float,
       help="Seconds a client may take to send a REST request body before the connection is closed.")
 _flag("ssl_certfile", default=os.environ.get(KSERVE_TLS_CERT_FILE_ENV), type=str, help="Serve HTTPS with this cert.")
 _flag("ssl_keyfile", default=os.environ.get(KSERVE_TLS_KEY_FILE_ENV), type=str, help="The key of --ssl_certfile.")
+_flag("grpc_ssl", default=False, type=strtobool,
+      help="Serve gRPC over TLS with --ssl_certfile/--ssl_keyfile (reloaded when the files change, as HTTPS is).")
 
-args, _ = parser.parse_known_args()
+args, _unknown_args = parser.parse_known_args()
 if args.configure_logging and args.log_config_file:
     # A named config applies before any model code runs (the user's script builds its models
     # before it builds the server); the default config waits for ModelServer().
@@ -125,6 +129,8 @@ if os.environ.get("STORAGE_URI") and not is_local_storage(os.environ["STORAGE_UR
 try:
     args.model_dir = resolve_model_dir(args.model_dir)
 except StorageError as e:
+    if args.configure_logging and not args.log_config_file:
+        configure_logging(None)
     logger.error("Model storage: %s", e)
     sys.exit(1)
 parser.set_defaults(model_dir=args.model_dir)  # scripts parsing with parents=[parser] see the same directory
@@ -227,6 +233,7 @@ class ModelServer:
         self._stopping: Optional[asyncio.Event] = None
         self._servers: List[Any] = []
         self._custom_exception_handler: Optional[ExceptionHandler] = None
+        self._tls: Optional[CertificatePair] = None  # the HTTPS/gRPC pair, loaded by start()
 
     def register_model(self, model: BaseKServeModel, name: Optional[str] = None) -> None:
         """Serve ``model`` under ``name`` (default: its own name); a second name serves it twice."""
@@ -244,7 +251,9 @@ class ModelServer:
         """
         try:
             self._register_ready(models)
-        except NoModelReady as e:
+            warn_near_misses(_unknown_args, parser)
+            self._check_startup()
+        except (NoModelReady, StartupFailure) as e:
             logger.error("%s", e)
             sys.exit(1)
         metrics.setup()
@@ -259,7 +268,7 @@ class ModelServer:
 
                 from .workers import Supervisor
 
-                sockets = bind_sockets(self.http_port)
+                sockets = self._bind_http()
                 control_dir = tempfile.mkdtemp(prefix="kserve-sdk-control-")
                 try:
                     Supervisor(self.workers, lambda: self._run(self._serve(sockets, True, control_dir)),
@@ -268,8 +277,36 @@ class ModelServer:
                     shutil.rmtree(control_dir, ignore_errors=True)
             else:
                 self._run(self._serve())
+        except StartupFailure as e:
+            logger.error("%s", e)
+            sys.exit(1)
         finally:
             metrics.cleanup()
+
+    def _check_startup(self) -> None:
+        """Find what would stop the server before it starts (and before workers fork), so it is told once:
+        TLS flags that do not go together or a pair that does not load, a gRPC port that is taken."""
+        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
+            raise StartupFailure("--ssl_certfile and --ssl_keyfile (KSERVE_TLS_CERT_FILE, KSERVE_TLS_KEY_FILE) "
+                                 "go together: HTTPS needs both")
+        if args.grpc_ssl and not self.ssl_certfile:
+            raise StartupFailure("--grpc_ssl needs --ssl_certfile and --ssl_keyfile")
+        if self.ssl_certfile:
+            try:
+                self._tls = CertificatePair(self.ssl_certfile, self.ssl_keyfile)
+            except TLSError as e:
+                raise StartupFailure(str(e)) from None
+        if self.enable_grpc:
+            if self.grpc_port == self.http_port:
+                raise StartupFailure(f"--grpc_port and --http_port are both {self.http_port}: "
+                                     "give them different ports")
+            check_port_free("--grpc_port", self.grpc_port)
+
+    def _bind_http(self) -> List[socket.socket]:
+        try:
+            return bind_sockets(self.http_port)
+        except OSError as e:
+            raise bind_failure("--http_port", self.http_port, e) from None
 
     def _run(self, main: Coroutine[Any, Any, None]) -> None:
         """Run ``main`` on the event loop ``--event-loop`` chose."""
@@ -307,6 +344,8 @@ class ModelServer:
         if control_dir:
             await self._share_changes(control_dir)
         self._start_http(sockets)
+        if self._tls is not None:
+            self._tls_watch = asyncio.ensure_future(self._tls.watch())
         if self.enable_grpc:
             await self._start_grpc(reuse_port)
         logger.info("Serving HTTP on port %d%s (event loop: %s)", self.http_port,
@@ -345,12 +384,7 @@ class ModelServer:
         self.dataplane.share_change = publish
 
     def _start_http(self, sockets: Optional[List[socket.socket]]) -> None:
-        ssl_options = None
-        if self.ssl_certfile and self.ssl_keyfile:
-            import ssl
-
-            ssl_options = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            ssl_options.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+        ssl_options = self._tls.context if self._tls is not None else None
         app = make_app(self.dataplane, access_log_format=self.access_log_format,
                        enable_docs_url=self.enable_docs_url, enable_gzip=args.enable_gzip,
                        max_body_size=self.max_body_size)
@@ -359,7 +393,7 @@ class ModelServer:
                             idle_connection_timeout=self.timeout_keep_alive, decompress_request=True,
                             body_timeout=args.body_timeout_seconds or None)
         if sockets is None:
-            server.listen(self.http_port)
+            server.add_sockets(self._bind_http())
         else:
             from .workers import accept_balanced
 
@@ -369,9 +403,15 @@ class ModelServer:
     async def _start_grpc(self, reuse_port: bool) -> None:
         from .handlers.grpc import start_grpc_server
 
-        self._grpc_server = await start_grpc_server(
-            self.dataplane, self.grpc_port, self.max_threads,
-            self.grpc_max_send_message_length, self.grpc_max_receive_message_length, reuse_port)
+        try:
+            self._grpc_server = await start_grpc_server(
+                self.dataplane, self.grpc_port, self.max_threads,
+                self.grpc_max_send_message_length, self.grpc_max_receive_message_length, reuse_port,
+                self._tls.grpc_credentials() if args.grpc_ssl else None)
+        except RuntimeError:  # grpc's "Failed to bind": taken since start() checked it?
+            if not reuse_port:  # (with workers, siblings hold the port)
+                check_port_free("--grpc_port", self.grpc_port)
+            raise
 
     def register_exception_handler(self, handler: ExceptionHandler) -> None:
         """Use ``handler(loop, context)`` as the event loop's exception handler (asyncio's

@@ -74,7 +74,7 @@ class Server:
                                          start_new_session=True)
             if not wait_ready or self._wait_live():
                 return self
-            if "Address already in use" not in self.log():
+            if " is in use" not in self.log():  # the one line a start on a taken port ends with
                 break
         raise RuntimeError(f"server {self.script} did not start:\n{self.log()}")
 

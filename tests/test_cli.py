@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 from conftest import ROOT, free_port
@@ -31,11 +32,14 @@ def test_flags_defaults_and_spellings():
                                 "--enable_docs_url", "1", "-m", "slow").stdout)
     assert got["http_port"] == 9000 and got["enable_grpc"] is False and got["workers"] == 2
     assert got["enable_docs_url"] is True
-    env = json.loads(run_python(code, env={"PROTOCOL": "V2", "STORAGE_URI": "pvc://claim/models/m1"}).stdout)
-    assert env["predictor_protocol"] == "v2"
-    assert env["model_dir"] == "/mnt/models/models/m1"
-    local = json.loads(run_python(code, env={"STORAGE_URI": "file:///tmp/my-model"}).stdout)
-    assert local["model_dir"] == "/tmp/my-model"
+    with tempfile.TemporaryDirectory() as root:  # a local STORAGE_URI must exist
+        os.makedirs(os.path.join(root, "models", "m1"))
+        env = json.loads(run_python(code, env={"PROTOCOL": "V2", "STORAGE_URI": "pvc://claim/models/m1",
+                                               "KSERVE_SDK_PVC_ROOT": root}).stdout)
+        assert env["predictor_protocol"] == "v2"
+        assert env["model_dir"] == os.path.join(root, "models", "m1")
+        local = json.loads(run_python(code, env={"STORAGE_URI": f"file://{root}/models"}).stdout)
+        assert local["model_dir"] == os.path.join(root, "models")
 
 
 def test_parser_is_extendable_by_user_scripts():

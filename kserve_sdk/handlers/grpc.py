@@ -264,15 +264,19 @@ class _TolerantRegistration:
 
 
 async def start_grpc_server(dataplane: DataPlane, port: int, max_threads: int, max_send: int,
-                            max_receive: int, reuse_port: bool = False) -> grpc.aio.Server:
+                            max_receive: int, reuse_port: bool = False,
+                            credentials: grpc.ServerCredentials | None = None) -> grpc.aio.Server:
     """Start the gRPC server on ``port`` (all interfaces) on the running loop; workers share the port
-    with ``reuse_port``."""
+    with ``reuse_port``; TLS with ``credentials``."""
     server = grpc.aio.server(
         migration_thread_pool=ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="grpc"),
         options=[("grpc.max_send_message_length", max_send), ("grpc.max_receive_message_length", max_receive),
                  ("grpc.so_reuseport", int(reuse_port))],
     )
     add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane), _TolerantRegistration(server))
-    server.add_insecure_port(f"[::]:{port}")
+    if credentials is None:
+        server.add_insecure_port(f"[::]:{port}")
+    else:
+        server.add_secure_port(f"[::]:{port}", credentials)
     await server.start()
     return server

@@ -134,7 +134,10 @@ def resolve_model_dir(model_dir: Optional[str] = None) -> str:
     if not uri:
         return model_dir or MODEL_MOUNT_DIRS
     if is_local(uri) and not local.is_archive_file(uri):
-        return Storage.download(uri)
+        path = Storage.download(uri)
+        if not os.path.exists(path):  # told now, in one line, rather than by the model's first open()
+            raise StorageError(f"STORAGE_URI {redact(uri)}: no such file or directory: {path}")
+        return path
     from ..logging import logger
 
     mount = model_dir or MODEL_MOUNT_DIRS
