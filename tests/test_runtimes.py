@@ -25,59 +25,19 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from conftest import ROOT, Server, free_port, http_get
+from samples.runtimes.train import iris, save_lightgbm, save_onnx, save_sklearn, save_xgboost
 
 LAUNCHER = os.path.join(ROOT, "tests", "models", "run_module.py")
 TABULAR = ["sklearn", "xgboost", "lightgbm"]
 RUNTIMES = TABULAR + ["onnx"]
 
 
-def iris():
-    from sklearn.datasets import load_iris
-
-    features, labels = load_iris(return_X_y=True)
-    return features, labels, features[::10]  # 15 rows, every class
+def rows() -> np.ndarray:
+    """15 iris rows, every class."""
+    return iris()[0][::10]
 
 
-# --- the models, trained and saved as their users would -----------------------------------------------------
-def save_sklearn(folder: str):
-    import joblib
-    from sklearn.linear_model import LogisticRegression
-
-    features, labels, _ = iris()
-    model = LogisticRegression(max_iter=1000).fit(features, labels)
-    joblib.dump(model, os.path.join(folder, "model.joblib"))
-    return model
-
-
-def save_xgboost(folder: str):
-    import xgboost as xgb
-
-    features, labels, _ = iris()
-    params = {"objective": "multi:softprob", "num_class": 3, "max_depth": 2, "nthread": 1}
-    booster = xgb.train(params, xgb.DMatrix(features, label=labels), num_boost_round=5)
-    booster.save_model(os.path.join(folder, "model.json"))
-    return booster
-
-
-def save_lightgbm(folder: str):
-    import lightgbm as lgb
-
-    features, labels, _ = iris()
-    params = {"objective": "multiclass", "num_class": 3, "num_leaves": 4, "verbose": -1, "num_threads": 1}
-    booster = lgb.train(params, lgb.Dataset(features, labels), num_boost_round=5)
-    booster.save_model(os.path.join(folder, "model.bst"))
-    return booster
-
-
-def save_onnx(folder: str, sklearn_model):
-    from skl2onnx import to_onnx
-
-    features, _, _ = iris()
-    graph = to_onnx(sklearn_model, features[:1].astype(np.float32), options={"zipmap": False})
-    with open(os.path.join(folder, "model.onnx"), "wb") as f:
-        f.write(graph.SerializeToString())
-
-
+# --- the models, trained and saved as samples/runtimes/train.py does (the README's first step) -------------
 def save_two_input_onnx(folder: str):
     """y = x * w: inputs x FP32 [-1, 4] and w INT64 [-1, 1], so each must be found by name and typed."""
     from onnx import TensorProto, helper
@@ -115,22 +75,22 @@ def trained(tmp_path_factory) -> Dict[str, str]:
 
 @pytest.fixture(scope="module")
 def expected(trained) -> Dict[str, object]:
-    """What each library itself predicts for ROWS (ONNX: every output by name)."""
+    """What each library itself predicts for rows() (ONNX: every output by name)."""
     import joblib
     import lightgbm as lgb
     import xgboost as xgb
 
-    rows = iris()[2]
+    data = rows()
     sklearn_model = joblib.load(os.path.join(trained["sklearn"], "model.joblib"))
     booster = xgb.Booster(model_file=os.path.join(trained["xgboost"], "model.json"))
     session = onnx_session(trained["onnx"])
     names = [o.name for o in session.get_outputs()]
     return {
-        "sklearn": sklearn_model.predict(rows),
-        "sklearn-proba": sklearn_model.predict_proba(rows),
-        "xgboost": booster.predict(xgb.DMatrix(rows)),
-        "lightgbm": lgb.Booster(model_file=os.path.join(trained["lightgbm"], "model.bst")).predict(rows),
-        "onnx": dict(zip(names, session.run(None, {"X": rows.astype(np.float32)}))),
+        "sklearn": sklearn_model.predict(data),
+        "sklearn-proba": sklearn_model.predict_proba(data),
+        "xgboost": booster.predict(xgb.DMatrix(data)),
+        "lightgbm": lgb.Booster(model_file=os.path.join(trained["lightgbm"], "model.bst")).predict(data),
+        "onnx": dict(zip(names, session.run(None, {"X": data.astype(np.float32)}))),
     }
 
 
@@ -265,7 +225,7 @@ NUMPY_OF = {"FP32": np.float32, "FP64": np.float64, "INT64": np.int64}
 # --- answers equal the library's own predictions ------------------------------------------------------------
 @pytest.mark.parametrize("runtime", TABULAR)
 def test_v1_predictions_are_the_librarys(servers, expected, runtime):
-    status, body = post(servers[runtime], f"/v1/models/{runtime}:predict", {"instances": iris()[2].tolist()})
+    status, body = post(servers[runtime], f"/v1/models/{runtime}:predict", {"instances": rows().tolist()})
     assert status == 200, body
     np.testing.assert_allclose(np.array(body["predictions"]), expected[runtime], rtol=1e-6)
 
@@ -274,39 +234,39 @@ def test_v1_predictions_are_the_librarys(servers, expected, runtime):
 @pytest.mark.parametrize("runtime", TABULAR)
 def test_v2_outputs_are_the_librarys(servers, expected, runtime, protocol):
     datatypes = v2_datatypes(servers[runtime], runtime)
-    rows = iris()[2].astype(NUMPY_OF[datatypes["input-0"]])
-    outputs = v2_infer(servers[runtime], runtime, {"input-0": rows}, protocol, datatypes)
+    data = rows().astype(NUMPY_OF[datatypes["input-0"]])
+    outputs = v2_infer(servers[runtime], runtime, {"input-0": data}, protocol, datatypes)
     assert list(outputs) == ["output-0"]
     assert outputs["output-0"].shape == expected[runtime].shape
     np.testing.assert_allclose(outputs["output-0"], expected[runtime], rtol=1e-6)
 
 
 def test_onnx_v1_predictions_are_onnxruntimes(servers, expected):
-    status, body = post(servers["onnx"], "/v1/models/onnx:predict", {"instances": iris()[2].tolist()})
+    status, body = post(servers["onnx"], "/v1/models/onnx:predict", {"instances": rows().tolist()})
     assert status == 200, body
-    rows = body["predictions"]
-    assert [row["label"] for row in rows] == expected["onnx"]["label"].tolist()
-    np.testing.assert_allclose([row["probabilities"] for row in rows], expected["onnx"]["probabilities"], rtol=1e-6)
+    answers = body["predictions"]
+    assert [row["label"] for row in answers] == expected["onnx"]["label"].tolist()
+    np.testing.assert_allclose([row["probabilities"] for row in answers], expected["onnx"]["probabilities"], rtol=1e-6)
 
 
 @pytest.mark.parametrize("protocol", ["rest", "grpc"])
 def test_onnx_v2_outputs_are_onnxruntimes(servers, expected, protocol):
-    rows = iris()[2].astype(np.float32)
-    outputs = v2_infer(servers["onnx"], "onnx", {"X": rows}, protocol, {"X": "FP32"})
+    data = rows().astype(np.float32)
+    outputs = v2_infer(servers["onnx"], "onnx", {"X": data}, protocol, {"X": "FP32"})
     assert sorted(outputs) == ["label", "probabilities"]
     np.testing.assert_array_equal(outputs["label"], expected["onnx"]["label"])
     np.testing.assert_allclose(outputs["probabilities"], expected["onnx"]["probabilities"], rtol=1e-6)
-    only = v2_infer(servers["onnx"], "onnx", {"X": rows}, protocol, {"X": "FP32"}, outputs=["probabilities"])
+    only = v2_infer(servers["onnx"], "onnx", {"X": data}, protocol, {"X": "FP32"}, outputs=["probabilities"])
     assert list(only) == ["probabilities"]
 
 
 def test_predict_proba_from_storage_uri(servers, expected, files):
     server = servers["sklearn-proba"]
     assert "/model.joblib" in files.asked  # downloaded over HTTP from STORAGE_URI, not read in place
-    status, body = post(server, "/v1/models/sklearn-proba:predict", {"instances": iris()[2].tolist()})
+    status, body = post(server, "/v1/models/sklearn-proba:predict", {"instances": rows().tolist()})
     assert status == 200, body
     np.testing.assert_allclose(np.array(body["predictions"]), expected["sklearn-proba"], rtol=1e-9)
-    outputs = v2_infer(server, "sklearn-proba", {"input-0": iris()[2]}, "grpc", {"input-0": "FP64"})
+    outputs = v2_infer(server, "sklearn-proba", {"input-0": rows()}, "grpc", {"input-0": "FP64"})
     np.testing.assert_allclose(outputs["output-0"], expected["sklearn-proba"], rtol=1e-9)
 
 
@@ -341,10 +301,10 @@ def test_v2_metadata_describes_the_model(servers, model):
 # --- bad input: 400 / INVALID_ARGUMENT naming the problem ---------------------------------------------------
 @pytest.mark.parametrize("runtime", TABULAR)
 def test_tabular_bad_shapes(servers, runtime):
-    server, rows = servers[runtime], iris()[2]
-    status, body = post(server, f"/v1/models/{runtime}:predict", {"instances": rows[:2, :3].tolist()})
+    server, data = servers[runtime], rows()
+    status, body = post(server, f"/v1/models/{runtime}:predict", {"instances": data[:2, :3].tolist()})
     assert (status, body) == (400, {"error": "expected rows of 4 features, got 3 (input shape [2, 3])"})
-    status, body = post(server, f"/v1/models/{runtime}:predict", {"instances": rows[0].tolist()})
+    status, body = post(server, f"/v1/models/{runtime}:predict", {"instances": data[0].tolist()})
     assert (status, body) == (400, {"error": "expected a 2-D input of rows [N, 4] features, got shape [4]"})
     status, body = post(server, f"/v1/models/{runtime}:predict", {"instances": [["a", "b", "c", "d"]]})
     assert status == 400 and body["error"].startswith(f"{runtime} could not predict these rows: "), body
@@ -371,7 +331,7 @@ def test_onnx_bad_shape_and_output(servers):
 # --- an ONNX model of two inputs ----------------------------------------------------------------------------
 @pytest.mark.parametrize("protocol", ["rest", "grpc"])
 def test_onnx_inputs_by_name_in_any_order_and_type(servers, trained, protocol):
-    x, w = iris()[2][:3], np.array([[1], [2], [3]], np.int64)
+    x, w = rows()[:3], np.array([[1], [2], [3]], np.int64)
     want = onnx_session(trained["onnx-two-inputs"]).run(None, {"x": x.astype(np.float32), "w": w})[0]
     # w first, and x as FP64: the graph's FP32 is what onnxruntime is given
     outputs = v2_infer(servers["onnx-two-inputs"], "onnx-two-inputs", {"w": w, "x": x}, protocol,
@@ -381,7 +341,7 @@ def test_onnx_inputs_by_name_in_any_order_and_type(servers, trained, protocol):
 
 
 def test_onnx_v1_instances_as_objects(servers, trained):
-    x = iris()[2][:2]
+    x = rows()[:2]
     want = onnx_session(trained["onnx-two-inputs"]).run(None, {"x": x.astype(np.float32),
                                                                "w": np.array([[2], [3]], np.int64)})[0]
     instances = [{"x": x[0].tolist(), "w": [2]}, {"x": x[1].tolist(), "w": [3]}]
