@@ -14,8 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from typing import Dict, List, Tuple
 
 import numpy as np
@@ -25,6 +23,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from conftest import ROOT, Server, free_port, http_get
+from test_grpc import rest_json, triton_error
 from samples.runtimes.train import iris, save_lightgbm, save_onnx, save_sklearn, save_xgboost
 
 LAUNCHER = os.path.join(ROOT, "tests", "models", "run_module.py")
@@ -172,13 +171,7 @@ def servers(trained, files, tmp_path_factory) -> Dict[str, Server]:
 
 # --- clients -------------------------------------------------------------------------------------------------
 def post(server: Server, path: str, body: Dict) -> Tuple[int, Dict]:
-    request = urllib.request.Request(server.url + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return rest_json(server.url + path, body)
 
 
 def v2_infer(server: Server, model: str, arrays: Dict[str, np.ndarray], protocol: str,
@@ -204,9 +197,7 @@ def v2_infer(server: Server, model: str, arrays: Dict[str, np.ndarray], protocol
 
 def v2_error(server: Server, model: str, arrays: Dict[str, np.ndarray], protocol: str,
              datatypes: Dict[str, str]) -> Tuple[str, str]:
-    with pytest.raises(InferenceServerException) as info:
-        v2_infer(server, model, arrays, protocol, datatypes)
-    return info.value.status(), info.value.message()
+    return triton_error(v2_infer, server, model, arrays, protocol, datatypes)
 
 
 def metadata(server: Server, model: str) -> Dict:

@@ -43,14 +43,9 @@ UNSUPPORTED = {"mlserver": {"v1-small": "MLServer serves only the V2/Open Infere
 
 
 @dataclass
-class Payload:
-    """One request body (as http_bench.run_wrk reads it) and the predictions it must get."""
-    path: str
-    body_file: str
-    body: bytes
-    ctype: str
-    hdrlen: str
-    expected: list
+class Payload(http_bench.Payload):
+    """http_bench's request body (what its run_wrk reads; x: the rows) and the predictions it must get."""
+    expected: list = None
 
 
 def model_dir(workdir: str) -> str:
@@ -81,7 +76,7 @@ def make_payload(case: Case, workdir: str) -> Payload:
     body_file = os.path.join(workdir, f"body-{case.name}.json")
     with open(body_file, "wb") as f:
         f.write(body)
-    return Payload(path, body_file, body, "application/json", "", expected)
+    return Payload(path, body_file, body, "application/json", "", rows, expected)
 
 
 def check(target: Target, case: Case, payload: Payload):

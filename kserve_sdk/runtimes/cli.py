@@ -20,7 +20,9 @@ DEFAULT_NTHREAD = 1
 
 def parse_args(description: str, nthread: bool = False) -> argparse.Namespace:
     """Every ModelServer flag, plus ``--nthread`` for the runtimes that take it."""
-    parser = argparse.ArgumentParser(parents=[model_server.parser], description=description.splitlines()[0])
+    started_as = getattr(sys.modules.get("__main__"), "__spec__", None)  # the module `python -m` ran
+    parser = argparse.ArgumentParser(parents=[model_server.parser], description=description.split("\n\n")[0],
+                                     prog=f"python -m {started_as.name}" if started_as else None)
     if nthread:
         parser.add_argument("--nthread", "-nthread", default=DEFAULT_NTHREAD, type=int,
                             help="Threads the model's library uses for one prediction.")
