@@ -350,6 +350,8 @@ def test_onnx_input_errors(servers):
         ("StatusCode.INVALID_ARGUMENT", "unknown input z; the model's inputs are x, w")
     assert v2_error(server, model, {"x": x, "w": x[:, :1]}, "rest", {"x": "FP32", "w": "FP32"}) == \
         ("400", "input w: expected INT64, got FP32")
+    assert v2_error(server, model, {"x": np.zeros((2, 4), np.float32), "w": w}, "rest", {"x": "FP32", "w": "INT64"}) == \
+        ("400", "input w: dimension n is 1, but 2 in input x")  # the graph names both batch dimensions n
     words = np.array([["a", "b", "c", "d"]], dtype=np.object_)
     assert v2_error(server, model, {"x": words, "w": w}, "grpc", {"x": "BYTES", "w": "INT64"}) == \
         ("StatusCode.INVALID_ARGUMENT", "input x: expected FP32, got BYTES")

@@ -14,10 +14,11 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 import kserve_sdk as kserve
-from kserve_sdk.errors import InvalidInput
+from kserve_sdk.errors import InferenceError, InvalidInput
 from kserve_sdk.utils.numpy_codec import from_np_dtype, to_np_dtype
 from kserve_sdk.utils.utils import generate_uuid
 
+from .cli import first_line
 from .extras import import_extra
 from .model_file import find_model_file
 
@@ -58,7 +59,9 @@ class ONNXModel(kserve.Model):
         options.intra_op_num_threads = self.nthread
         options.inter_op_num_threads = 1
         self._session = ort.InferenceSession(self.model_file, options, providers=["CPUExecutionProvider"])
+        self._invalid_argument = ort.capi.onnxruntime_pybind11_state.InvalidArgument
         self._inputs = [tensor_type(node) for node in self._session.get_inputs()]
+        self._symbols = {node.name: node.shape or [] for node in self._session.get_inputs()}
         self._outputs = [tensor_type(node) for node in self._session.get_outputs()]
         self.ready = True
         return self.ready
@@ -83,13 +86,16 @@ class ONNXModel(kserve.Model):
     def _run(self, feeds: Dict[str, np.ndarray], outputs: Optional[List[str]] = None) -> List[np.ndarray]:
         try:
             return self._session.run(outputs, feeds)
-        except Exception as e:  # onnxruntime's errors are not typed: a graph that fails on this data
-            raise InvalidInput(f"onnxruntime could not run the model on this input: {e}") from e
+        except self._invalid_argument as e:  # values the graph refuses (the checks above let them through)
+            raise InvalidInput(f"onnxruntime refused this input: {first_line(e)}") from e
+        except Exception as e:
+            raise InferenceError(f"onnxruntime failed: {first_line(e)}") from e
 
     def _v2_feeds(self, request: kserve.InferRequest) -> Dict[str, np.ndarray]:
         given = {tensor.name: tensor for tensor in request.inputs}
         self._check_names(given)
-        return {spec["name"]: self._checked(spec, given[spec["name"]].as_numpy()) for spec in self._inputs}
+        return self._agreeing({spec["name"]: self._checked(spec, given[spec["name"]].as_numpy())
+                               for spec in self._inputs})
 
     def _v1_feeds(self, payload: Dict) -> Dict[str, np.ndarray]:
         instances = payload["instances"] if "instances" in payload else payload.get("inputs")
@@ -106,7 +112,8 @@ class ONNXModel(kserve.Model):
         else:
             raise InvalidInput(f"this model takes several inputs ({self._input_names()}): send each instance "
                                "as an object of them")
-        return {spec["name"]: self._checked(spec, _array(columns[spec["name"]])) for spec in self._inputs}
+        return self._agreeing({spec["name"]: self._checked(spec, _array(columns[spec["name"]]))
+                               for spec in self._inputs})
 
     def _v1_predictions(self, results: List[np.ndarray]) -> Any:
         if len(results) == 1:
@@ -146,6 +153,18 @@ class ONNXModel(kserve.Model):
         if array.dtype.kind in "OSU" or not np.can_cast(array.dtype, want, "same_kind"):
             raise InvalidInput(f"input {name}: expected {datatype}, got {from_np_dtype(array.dtype) or array.dtype}")
         return array.astype(want)
+
+    def _agreeing(self, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """``feeds``, once the dimensions the graph names alike (``n`` of x and of w) have one size."""
+        sizes: Dict[str, tuple] = {}
+        for name, array in feeds.items():
+            for symbol, size in zip(self._symbols[name], array.shape):
+                if isinstance(symbol, str):
+                    first = sizes.setdefault(symbol, (name, size))
+                    if first[1] != size:
+                        raise InvalidInput(f"input {name}: dimension {symbol} is {size}, but {first[1]} in "
+                                           f"input {first[0]}")
+        return feeds
 
     def _input_names(self) -> str:
         return ", ".join(spec["name"] for spec in self._inputs)
