@@ -121,10 +121,15 @@ class FileServer:
         self.httpd.server_close()
 
 
-def wait_ready(server: Server, timeout: float = 90.0) -> None:
+def wait_ready(server: Server, timeout: float = 90.0, restarts: int = 2) -> None:
+    """Until the server is ready; one that lost its free port to another process is started again."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.proc.poll() is not None:
+            if restarts and "Address already in use" in server.log():
+                restarts -= 1
+                server.start(wait_ready=False)
+                continue
             raise AssertionError(f"{server.args} exited {server.proc.returncode}:\n{server.log()}")
         try:
             if http_get(server.url + "/v2/health/ready", timeout=1)[0] == 200:
