@@ -43,6 +43,20 @@ PY
 
 make_venv kserve kserve "$KSERVE_VERSION"
 make_venv mlserver mlserver "$MLSERVER_VERSION"
+
+# add_to_venv NAME PKG...: what runtime_bench.py's peers need beside the server: KServe's sklearnserver
+# (run from a KServe source tree) imports kserve_storage, joblib and pandas; both load the model file that
+# this repo's scikit-learn (the test extra's pin) writes. pip leaves what is already there alone.
+add_to_venv() {
+    local dir="$VENVS/$1"; shift
+    [ -x "$dir/bin/python" ] || return 0
+    if ! "$dir/bin/python" -m pip install -q "$@"; then
+        echo "[setup_peers] $(basename "$dir"): pip install $* FAILED" >&2
+        status=1
+    fi
+}
+add_to_venv kserve "kserve-storage==$KSERVE_VERSION" scikit-learn==1.9.1 "joblib>=1.4" "pandas>=2.2"
+add_to_venv mlserver "mlserver-sklearn==$MLSERVER_VERSION" scikit-learn==1.9.1
 make_venv tools py-spy "$PY_SPY_VERSION"      # profile.py's sampler, a binary in a wheel
 
 exit $status
