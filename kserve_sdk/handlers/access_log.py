@@ -7,6 +7,7 @@ from tornado.web import RequestHandler
 
 from .. import metrics
 from ..dataplane import DataPlane
+from ..internals.tornado_headers import response_headers
 from ..logging import ACCESS_LOGGER_NAME, log_info_fast
 
 access_logger = logging.getLogger(ACCESS_LOGGER_NAME)
@@ -26,7 +27,7 @@ class RequestLog:
     def handler_finished(self, handler: RequestHandler) -> None:
         """Tornado's ``log_function``: called when a RequestHandler has answered."""
         path_args = getattr(handler, "path_args", None)  # unset when the URL did not decode
-        self.finished(handler.request, handler.get_status(), handler._headers, getattr(handler, "protocol", "rest_v2"),
+        self.finished(handler.request, handler.get_status(), response_headers(handler), getattr(handler, "protocol", "rest_v2"),
                       getattr(handler, "endpoint", "other"), path_args[0] if path_args else None,
                       getattr(handler, "in_flight_counted", False))
 

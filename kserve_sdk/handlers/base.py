@@ -12,6 +12,7 @@ from tornado.web import HTTPError, RequestHandler
 from ..dataplane import DataPlane
 from .. import metrics
 from ..errors import InferenceError, InvalidInput, PayloadTooLarge, status_of
+from ..internals.tornado_headers import HeaderRecorder
 from ..logging import logger
 from ..protocol.rest_codec import dumps
 
@@ -75,7 +76,7 @@ def encoded(model_name: str, encode, *args: Any):
                              f"{type(e).__name__}: {e}") from None
 
 
-class BaseHandler(RequestHandler):
+class BaseHandler(HeaderRecorder, RequestHandler):
     """A handler bound to the data plane; any exception becomes a JSON error with its own status."""
 
     protocol = "rest_v2"  # metric and access-log labels
