@@ -361,7 +361,7 @@ class ModelServer:
     async def _shutdown(self) -> None:
         """Drain, then stop: readiness turns false and new inference calls are refused at once, while the
         listeners stay open (so probes see 503); calls in flight get ``grace_period`` seconds to finish."""
-        from .clients.forward import close_clients
+        from .clients.pool import close_clients
 
         if not await self.dataplane.drain(self.grace_period):
             logger.warning("requests still in flight after the %ss grace period; stopping anyway", self.grace_period)

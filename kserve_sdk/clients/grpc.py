@@ -6,7 +6,7 @@ import grpc
 
 from ..errors import UpstreamError
 from ..protocol.grpc import grpc_predict_v2_pb2 as pb
-from ..protocol.grpc.convert import infer_request_to_grpc, infer_response_from_grpc
+from ..protocol.grpc.convert import infer_request_to_grpc
 from ..protocol.grpc.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 from ..protocol.infer_type import InferRequest, InferResponse
 
@@ -70,7 +70,7 @@ class InferenceGRPCClient:
         if model_name and not message.model_name:
             message.model_name = model_name
         response = await self._call(self._stub.ModelInfer, message, timeout, headers)
-        return infer_response_from_grpc(response)
+        return InferResponse.from_grpc(response)
 
     async def is_server_ready(self, timeout: Optional[float] = None, headers=None) -> bool:
         """Whether the server is ready."""
@@ -95,14 +95,3 @@ def _metadata(headers) -> Optional[Tuple[Tuple[str, str], ...]]:
         return None
     items = headers.items() if isinstance(headers, dict) else headers
     return tuple((str(k).lower(), str(v)) for k, v in items)
-
-
-def grpc_client(host: str, use_ssl: bool, timeout: float, retries: int) -> InferenceGRPCClient:
-    """The process's pooled gRPC client for these settings."""
-    from .forward import _clients
-
-    key = ("grpc", host, use_ssl, timeout, retries)
-    client = _clients.get(key)
-    if client is None:
-        client = _clients[key] = InferenceGRPCClient(host, use_ssl=use_ssl, timeout=timeout, retries=retries)
-    return client

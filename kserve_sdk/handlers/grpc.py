@@ -17,12 +17,11 @@ from ..dataplane import DataPlane
 from ..errors import InferenceError, InvalidInput, grpc_code_of, status_of
 from ..logging import logger
 from ..protocol.grpc import grpc_predict_v2_pb2 as pb
-from ..protocol.grpc.convert import Undecodable, infer_request_from_grpc, infer_response_to_grpc, tolerant_parser
+from ..protocol.grpc.convert import Undecodable, infer_response_to_grpc, tolerant_parser
 from ..protocol.grpc.grpc_predict_v2_pb2_grpc import (
     GRPCInferenceServiceServicer, add_GRPCInferenceServiceServicer_to_server,
 )
-from ..protocol.infer_type import InferResponse
-from ..protocol.rest_codec import decode_infer_response
+from ..protocol.infer_type import InferRequest, InferResponse
 
 
 def _status(exc: BaseException) -> grpc.StatusCode:
@@ -73,7 +72,7 @@ def to_infer_response_message(response: Any, model_name: str = "", msg=None):
         if isinstance(response, InferResponse):
             return infer_response_to_grpc(response, msg)
         if isinstance(response, dict):  # an InvalidInput here is the model's: it built the dict
-            return infer_response_to_grpc(decode_infer_response(response, b"", None), msg)
+            return infer_response_to_grpc(InferResponse.from_rest(response), msg)
     except InvalidInput:
         if isinstance(response, InferResponse):
             raise  # e.g. a requested output the model does not have: the client's
@@ -138,7 +137,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
     @answers_errors
     async def ModelInfer(self, request, context):
         model = await self.dataplane.ready_model(request.model_name)  # NOT_FOUND before decoding the tensors
-        infer_request = infer_request_from_grpc(request)
+        infer_request = InferRequest.from_grpc(request)
         headers = request_headers(context)
         request_id = self.dataplane.request_id(headers)
         response, response_headers = await self.dataplane.infer(request.model_name, infer_request, headers, model)
@@ -172,7 +171,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
     async def _stream_one(self, request, headers: Dict[str, str]):
         start, code = time.perf_counter(), grpc.StatusCode.OK
         try:
-            items = self.dataplane.stream(request.model_name, infer_request_from_grpc(request), headers,
+            items = self.dataplane.stream(request.model_name, InferRequest.from_grpc(request), headers,
                                           protocol="grpc")
             async for item in items:
                 yield _stream_message(item, request)
@@ -188,9 +187,9 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
     async def _stream_in(self, first, requests, headers: Dict[str, str]):
         async def decoded():
-            yield infer_request_from_grpc(first)
+            yield InferRequest.from_grpc(first)
             async for request in requests:
-                yield infer_request_from_grpc(request)
+                yield InferRequest.from_grpc(request)
 
         try:
             async for item in self.dataplane.stream_in(first.model_name, decoded(), headers, protocol="grpc"):
