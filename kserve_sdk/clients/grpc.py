@@ -4,15 +4,11 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import grpc
 
-from ..errors import UpstreamError
+from ..errors import UpstreamError, http_status_for_grpc
 from ..protocol.grpc import grpc_predict_v2_pb2 as pb
 from ..protocol.grpc.convert import infer_request_to_grpc
 from ..protocol.grpc.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 from ..protocol.infer_type import InferRequest, InferResponse
-
-_HTTP_FOR_GRPC = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.NOT_FOUND: 404,
-                  grpc.StatusCode.UNAVAILABLE: 503, grpc.StatusCode.UNIMPLEMENTED: 501,
-                  grpc.StatusCode.RESOURCE_EXHAUSTED: 413, grpc.StatusCode.DEADLINE_EXCEEDED: 504}
 
 
 def _retry_config(retries: int) -> str:
@@ -60,7 +56,7 @@ class InferenceGRPCClient:
         try:
             return await method(message, timeout=timeout or self._timeout, metadata=_metadata(headers))
         except grpc.aio.AioRpcError as e:
-            raise UpstreamError(_HTTP_FOR_GRPC.get(e.code(), 500), f"[{e.code().name}] {e.details()}") from None
+            raise UpstreamError(http_status_for_grpc(e.code().name), f"[{e.code().name}] {e.details()}") from None
 
     async def infer(self, infer_request: Union[InferRequest, Any], timeout: Optional[float] = None,
                     headers: Union[Dict[str, str], Sequence[Tuple[str, str]], None] = None,
