@@ -2,7 +2,8 @@
 
 ``InferRequest`` is what a model's ``preprocess``/``predict`` receive for v2 REST and gRPC calls;
 ``InferResponse`` is what they return. Wire encoding lives in :mod:`kserve_sdk.protocol.rest_codec`
-(REST) and :mod:`kserve_sdk.protocol.grpc.convert` (gRPC); these classes only hold the data.
+(REST) and :mod:`kserve_sdk.protocol.grpc.convert` (gRPC); these classes only hold the data. The
+tensor classes come from :mod:`.infer_tensors`, below the codecs, and are re-exported here.
 """
 from typing import Dict, List, Optional, Tuple, Union
 
@@ -82,8 +83,9 @@ class InferRequest(InferMessage):
         return bool(self.parameters and param_value(self.parameters.get("binary_data_output", False)))
 
     @classmethod
-    def from_bytes(cls, req_bytes: bytes, json_length: int, model_name: str) -> "InferRequest":
-        """Decode a REST body that uses the binary-data extension (JSON header of ``json_length`` bytes)."""
+    def from_bytes(cls, req_bytes: bytes, json_length: Optional[int], model_name: str) -> "InferRequest":
+        """Decode a REST body that uses the binary-data extension (JSON header of ``json_length`` bytes),
+        or plain JSON when ``json_length`` is None."""
         from .rest_codec import decode_infer_request
 
         return decode_infer_request(cls, req_bytes, json_length, model_name)
