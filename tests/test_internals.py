@@ -20,7 +20,7 @@ from tornado.iostream import IOStream
 from tornado.web import Application, RequestHandler
 
 from kserve_sdk import internals
-from kserve_sdk.internals import argparse_exact, log_records, tornado_accept, tornado_buffer, tornado_headers
+from kserve_sdk.internals import argparse_exact, log_records, ray_private, tornado_accept, tornado_buffer, tornado_headers
 
 from conftest import ROOT, http_get
 
@@ -261,3 +261,23 @@ def test_a_server_of_two_workers_with_the_tricks_off_counts_and_logs(start_serve
     while "off-5" not in server.log() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert re.search(r"access 200 \d+ off-5", server.log()), server.log()[-3000:]
+
+
+def test_ray_still_has_the_node_and_the_auto_connect_switch():
+    """ray_private: ``ray._private.worker._global_node`` and ``ray._private.auto_init_hook.enable_auto_connect``
+    (checked without starting Ray; tests/test_ray.py stops real ones)."""
+    ray = pytest.importorskip("ray")
+    import ray._private.auto_init_hook  # noqa: F401  (what `ray` itself imports, named for the check)
+    import ray._private.worker  # noqa: F401
+
+    assert hasattr(ray._private.worker, "_global_node"), "ray._private.worker has no _global_node"
+    hook = ray._private.auto_init_hook
+    assert isinstance(getattr(hook, "enable_auto_connect", None), bool), \
+        "ray._private.auto_init_hook has no enable_auto_connect"
+    assert ray_private.local_ray_broken(ray) is False  # no Ray started in this process
+    before = hook.enable_auto_connect
+    try:
+        ray_private.forbid_auto_connect(ray)
+        assert hook.enable_auto_connect is False
+    finally:
+        hook.enable_auto_connect = before

@@ -14,7 +14,8 @@ internal, when a pinned library no longer has what a trick uses.
 - :mod:`.log_records`: ``logging._startTime`` and ``LogRecord``'s fields (building a record by hand)
 
 Not switchable, because no public path behaves the same: :mod:`.argparse_exact` (argparse's
-``_get_option_tuples``, KServe's one-dash flags).
+``_get_option_tuples``, KServe's one-dash flags) and :mod:`.ray_private` (Ray's ``_global_node`` and
+``auto_init_hook``, for stopping a local Ray cleanly).
 """
 import os
 
