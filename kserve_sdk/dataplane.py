@@ -20,7 +20,6 @@ from .lifecycle import Call, Timings, detached_timings, model_call_finished
 from .model import InferenceModel, InferenceVerb, Model
 from .model_repository import ModelRepository
 from .protocol.infer_type import InferRequest, InferResponse
-from .protocol.rest_codec import decode_infer_response
 from .protocol.tensor import Tensor, in_shared_memory
 from .shared_memory import SharedMemoryRegistry, uses_shared_memory
 from .utils.utils import get_predict_response
@@ -403,7 +402,7 @@ class DataPlane:
             return get_predict_response(request, response, model_name)
         if isinstance(response, dict) and isinstance(response.get("outputs"), list):
             try:
-                response = decode_infer_response(response, b"", None)
+                response = InferResponse.from_rest(response)
             except InvalidInput as e:
                 raise InferenceError(f"model '{model_name}' returned a v2 response that cannot be read: {e}") from None
         if isinstance(response, InferResponse):

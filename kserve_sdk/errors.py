@@ -4,7 +4,7 @@ Handlers never decide statuses themselves: they call :func:`status_of` (HTTP) or
 The class names and messages are KServe's, so user code that raises or catches them keeps working.
 """
 from http import HTTPStatus
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 
 class ModelMissingError(Exception):
@@ -219,8 +219,46 @@ def grpc_code_of(exc: BaseException) -> str:
     return "INTERNAL"
 
 
-_GRPC_FOR_HTTP = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 413: "RESOURCE_EXHAUSTED", 501: "UNIMPLEMENTED",
-                  503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+#: HTTP status <-> gRPC status code name, one row each, as google.rpc.Code pairs them, plus 413 for a
+#: message larger than the server takes (gRPC answers that RESOURCE_EXHAUSTED). Both directions below
+#: take the first row that matches: RESOURCE_EXHAUSTED reads as 413, as the server answers it.
+STATUS_TABLE: Tuple[Tuple[int, str], ...] = (
+    (400, "INVALID_ARGUMENT"),
+    (401, "UNAUTHENTICATED"),
+    (403, "PERMISSION_DENIED"),
+    (404, "NOT_FOUND"),
+    (409, "ALREADY_EXISTS"),
+    (413, "RESOURCE_EXHAUSTED"),
+    (429, "RESOURCE_EXHAUSTED"),
+    (499, "CANCELLED"),
+    (500, "INTERNAL"),
+    (501, "UNIMPLEMENTED"),
+    (503, "UNAVAILABLE"),
+    (504, "DEADLINE_EXCEEDED"),
+)
+
+
+def _first_of_each(pairs) -> Dict:
+    """``{key: value}`` keeping the first value given for each key."""
+    table: Dict = {}
+    for key, value in pairs:
+        table.setdefault(key, value)
+    return table
+
+
+_GRPC_FOR_HTTP: Dict[int, str] = _first_of_each(STATUS_TABLE)
+_HTTP_FOR_GRPC: Dict[str, int] = _first_of_each((code, status) for status, code in STATUS_TABLE)
+
+
+def grpc_code_for_http(status: int) -> str:
+    """The gRPC status code name that answers HTTP ``status`` (INTERNAL for a status not in the table)."""
+    return _GRPC_FOR_HTTP.get(int(status), "INTERNAL")
+
+
+def http_status_for_grpc(code: str) -> int:
+    """The HTTP status that answers gRPC code ``code`` (its name, e.g. ``"NOT_FOUND"``; 500 when not in
+    the table)."""
+    return _HTTP_FOR_GRPC.get(code, 500)
 
 
 class UpstreamError(InferenceError):
@@ -229,4 +267,4 @@ class UpstreamError(InferenceError):
     def __init__(self, status: int, reason: str):
         super().__init__(reason)
         self.http_status = status if 400 <= status < 600 else 502
-        self.grpc_code = _GRPC_FOR_HTTP.get(self.http_status, "INTERNAL")
+        self.grpc_code = grpc_code_for_http(self.http_status)

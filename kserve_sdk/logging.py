@@ -8,13 +8,13 @@ import json
 import logging
 import logging.config
 import os
-import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Union
 
 import yaml
 
 from .constants.constants import KSERVE_LOGLEVEL
+from .internals.log_records import info_record
 
 KSERVE_LOGGER_NAME = "kserve"
 KSERVE_TRACE_LOGGER_NAME = "kserve.trace"
@@ -109,15 +109,12 @@ def configure_logging(log_config: Optional[Union[Dict, str]] = None) -> None:
         logging.config.fileConfig(log_config, disable_existing_loggers=False)
 
 
-#: (logger name, thread id) -> the fields of a record logged there that do not change between records
-_fixed_fields: Dict[Tuple[str, int], Dict] = {}
 _pid = os.getpid()
 
 
 def _after_fork() -> None:
     global _pid
     _pid = os.getpid()
-    _fixed_fields.clear()
     _pending.clear()  # the parent writes its own lines
 
 
@@ -139,7 +136,7 @@ def log_info_fast(target: logging.Logger, msg: str, args: Any) -> None:
         _write_soon(handler, f"{handler.formatter.second_text(now)}.{int((now - int(now)) * 1000):03d} {_pid} "
                              f"{target.name} {msg % args if args else msg}\n")
         return
-    target.handle(_record(target, msg, args))
+    target.handle(info_record(target, msg, args))
 
 
 #: event loop -> {handler: lines waiting for the end of the loop's round}
@@ -191,22 +188,3 @@ def _plain_handler(target: logging.Logger) -> Optional[logging.StreamHandler]:
             and type(handler.formatter) is Formatter and handler.formatter.plain):
         return handler
     return None
-
-
-def _record(target: logging.Logger, msg: str, args: Any) -> logging.LogRecord:
-    if logging.getLogRecordFactory() is not logging.LogRecord:  # someone adds fields: let them
-        return target.makeRecord(target.name, logging.INFO, "", 0, msg, args, None)
-    key = (target.name, threading.get_ident())
-    fixed = _fixed_fields.get(key)
-    if fixed is None:
-        if len(_fixed_fields) > 256:  # threads come and go
-            _fixed_fields.clear()
-        fixed = _fixed_fields[key] = vars(target.makeRecord(target.name, logging.INFO, "", 0, "", (), None))
-    record = logging.LogRecord.__new__(logging.LogRecord)
-    fields = record.__dict__
-    fields.update(fixed)
-    now = time.time()
-    fields["created"], fields["msecs"] = now, int((now - int(now)) * 1000) + 0.0
-    fields["relativeCreated"] = (now - logging._startTime) * 1000
-    fields["msg"], fields["args"] = msg, args
-    return record

@@ -9,7 +9,6 @@ import os
 import shutil
 import sys
 import tempfile
-from bisect import bisect_left
 from typing import Dict, Optional, Tuple
 
 _m = None  # the metric objects, once set up
@@ -55,11 +54,9 @@ def setup() -> None:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = _own_dir
     if first_import and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Only when no metric exists yet: values of two classes would keep separate tables of the same files.
-        from prometheus_client import values
+        from .internals.prometheus_values import install
 
-        from .metric_files import SlotValue
-
-        values.ValueClass = SlotValue
+        install()
     _m = _Metrics()
 
 
@@ -83,52 +80,14 @@ os.register_at_fork(after_in_child=_children.clear)  # a forked worker's values 
 
 def _child(metric, *labels: str):
     """``metric.labels(*labels)``, remembered, and as a direct writer to its memory-mapped values when it
-    has them: labels() takes a lock and builds a key on every call, and observe() walks three layers."""
+    has them (:mod:`kserve_sdk.internals.prometheus_writers`)."""
     key = (id(metric), labels)
     child = _children.get(key)
     if child is None:
-        child = _children[key] = _direct(metric.labels(*labels))
+        from .internals.prometheus_writers import direct_writer
+
+        child = _children[key] = direct_writer(metric.labels(*labels))
     return child
-
-
-def _direct(child):
-    from .metric_files import SlotValue
-
-    if isinstance(getattr(child, "_value", None), SlotValue):  # a Counter's or a Gauge's child
-        return _SlotCount(child._value)
-    buckets, total = getattr(child, "_buckets", None), getattr(child, "_sum", None)
-    if isinstance(total, SlotValue) and buckets is not None and all(isinstance(b, SlotValue) for b in buckets):
-        return _SlotHistogram(child._upper_bounds, buckets, total)
-    return child  # values of another class (prometheus-client was imported first): its own API
-
-
-# The writers below skip prometheus-client's lock: these metrics are recorded on the event loop's
-# thread only (one loop per worker process).
-class _SlotCount:
-    __slots__ = ("_slot",)
-
-    def __init__(self, value):
-        self._slot = value._slot
-
-    def inc(self, amount: float = 1.0) -> None:
-        self._slot[0] += amount
-
-    def dec(self, amount: float = 1.0) -> None:
-        self._slot[0] -= amount
-
-
-class _SlotHistogram:
-    __slots__ = ("_bounds", "_buckets", "_sum")
-
-    def __init__(self, bounds, buckets, total):
-        self._bounds = list(bounds)
-        self._buckets = [bucket._slot for bucket in buckets]
-        self._sum = total._slot
-
-    def observe(self, amount: float) -> None:
-        # one count in the first bucket whose bound is at or above amount, as prometheus-client counts
-        self._buckets[bisect_left(self._bounds, amount)][0] += 1
-        self._sum[0] += amount
 
 
 def observe_stages(model_name: str, timings: Dict[str, float]) -> None:

@@ -25,6 +25,7 @@ from .constants.constants import (
 from .dataplane import DataPlane
 from .errors import NoModelReady
 from .handlers.http import make_app
+from .internals.argparse_exact import ExactOneDashParser
 from .logging import configure_logging, logger
 from .model import BaseKServeModel
 from .model_repository import ModelRepository
@@ -35,17 +36,8 @@ from .storage import is_local as is_local_storage
 from .tls import CertificatePair, TLSError
 from .utils.utils import cpu_count, strtobool
 
-class _KServeArgumentParser(argparse.ArgumentParser):
-    """KServe's docs spell flags with one dash (``-http_port``). argparse would also read a foreign short
-    flag such as ``-m`` as an ambiguous prefix of ``-model_name`` and exit; here one-dash flags match
-    only exactly, and unknown ones are left for ``parse_known_args`` to return."""
-
-    def _get_option_tuples(self, option_string):
-        return super()._get_option_tuples(option_string) if option_string.startswith("--") else []
-
-
-parser = _KServeArgumentParser(add_help=False, allow_abbrev=False,
-                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+parser = ExactOneDashParser(add_help=False, allow_abbrev=False,
+                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
 
 
 def _flag(name: str, **kwargs: Any) -> None:
@@ -395,7 +387,7 @@ class ModelServer:
         if sockets is None:
             server.add_sockets(self._bind_http())
         else:
-            from .workers import accept_balanced
+            from .internals.tornado_accept import accept_balanced
 
             accept_balanced(server, sockets, self.dataplane.calls_in_flight)
         self._http_server = server
@@ -459,7 +451,7 @@ class ModelServer:
     async def _shutdown(self) -> None:
         """Drain, then stop: readiness turns false and new inference calls are refused at once, while the
         listeners stay open (so probes see 503); calls in flight get ``grace_period`` seconds to finish."""
-        from .clients.forward import close_clients
+        from .clients.pool import close_clients
 
         if not await self.dataplane.drain(self.grace_period):
             logger.warning("requests still in flight after the %ss grace period; stopping anyway", self.grace_period)

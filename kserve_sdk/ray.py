@@ -31,6 +31,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("kserve_sdk.ray needs Ray Serve: pip install 'kserve-sdk[ray]' (ray[serve]>=2.9)") from e
 
 from .errors import InferenceError, ModelNotReady
+from .internals.ray_private import forbid_auto_connect, local_ray_broken
 from .logging import logger
 from .model import InferenceModel, InferenceVerb
 from .protocol.infer_type import InferRequest
@@ -199,16 +200,6 @@ class RayModel(InferenceModel):
                 await asyncio.sleep(0)
 
 
-def _local_ray_broken() -> bool:
-    """Whether a process of the Ray that ``ray.init()`` started in this process has died (a supervisor
-    that signals the whole process group stops the raylet too)."""
-    node = getattr(getattr(getattr(ray, "_private", None), "worker", None), "_global_node", None)
-    try:
-        return bool(node is not None and node.dead_processes())
-    except Exception:
-        return False
-
-
 def shutdown(apps: Optional[List[str]] = None, timeout: float = 20.0) -> None:
     """Remove the Serve applications, then disconnect from Ray (which stops a Ray that ``ray.init()``
     started here). ``apps``: delete only these applications (on a shared cluster); ``None``: shut Serve
@@ -221,18 +212,16 @@ def shutdown(apps: Optional[List[str]] = None, timeout: float = 20.0) -> None:
             for name in apps:
                 serve.delete(name)
 
-    if ray.is_initialized() and not _local_ray_broken():
+    if ray.is_initialized() and not local_ray_broken(ray):
         thread = threading.Thread(target=remove, name="serve-shutdown", daemon=True)
         thread.start()
         deadline = time.monotonic() + timeout
-        while thread.is_alive() and time.monotonic() < deadline and not _local_ray_broken():
+        while thread.is_alive() and time.monotonic() < deadline and not local_ray_broken(ray):
             thread.join(0.1)
         if thread.is_alive():
             logger.warning("Ray Serve did not shut down (%s); stopping Ray",
-                           "Ray's processes were stopped" if _local_ray_broken() else f"waited {timeout:g}s")
+                           "Ray's processes were stopped" if local_ray_broken(ray) else f"waited {timeout:g}s")
     else:
         logger.warning("Ray's processes were stopped; stopping the rest")
-    hook = getattr(getattr(ray, "_private", None), "auto_init_hook", None)
-    if hasattr(hook, "enable_auto_connect"):  # Serve's threads must not start a new Ray once this one stops
-        hook.enable_auto_connect = False
+    forbid_auto_connect(ray)  # Serve's threads must not start a new Ray once this one stops
     ray.shutdown()

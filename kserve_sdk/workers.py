@@ -116,53 +116,6 @@ def _describe(status: int) -> str:
     return f"exit status {os.WEXITSTATUS(status)}"
 
 
-def accept_balanced(server, sockets, busy: Callable[[], int]) -> None:
-    """Accept connections on shared listening ``sockets`` for ``server`` (a Tornado TCPServer), giving
-    idle sibling workers the first chance.
-
-    Tornado accepts up to 128 connections per wake-up, and every worker is woken for each one; a worker
-    whose threads are busy with model work would take connections an idle sibling could answer sooner.
-    Here a worker with ``busy()`` calls in flight waits a moment (1 ms per call, at most 10 ms) before it
-    accepts, and takes one connection per wake-up; whoever is idle takes the rest.
-    """
-    import errno
-
-    from tornado.ioloop import IOLoop
-
-    loop = IOLoop.current()
-
-    def accept(sock) -> None:
-        try:
-            connection, address = sock.accept()
-        except (BlockingIOError, InterruptedError):
-            return  # a sibling took it
-        except OSError as e:
-            if e.errno in (errno.ECONNABORTED, errno.EMFILE, errno.ENFILE):
-                logger.warning("accept failed: %s", e)
-                return
-            raise
-        server._handle_connection(connection, address)
-
-    def watch(sock) -> None:
-        def on_readable(fd, events) -> None:
-            load = busy()
-            if load == 0:
-                accept(sock)
-                return
-            loop.remove_handler(sock)  # level-triggered: pause until the delay is over
-
-            def later() -> None:
-                accept(sock)
-                loop.add_handler(sock, on_readable, IOLoop.READ)
-
-            loop.call_later(min(0.001 * load, 0.01), later)
-
-        loop.add_handler(sock, on_readable, IOLoop.READ)
-
-    for sock in sockets:
-        watch(sock)
-
-
 class ControlChannel:
     """Changes to a worker's state (model load / unload, shared-memory regions) shared by all workers
     through a directory.

@@ -92,3 +92,20 @@ def test_to_rest_round_trip_and_model_call():
     model = Double("d")
     response, response_headers = asyncio.run(model({"instances": [1, 2]}, {}))
     assert response == {"predictions": [2, 4]} and response_headers == {}
+
+
+def test_every_typed_error_answers_a_row_of_the_status_table():
+    """errors.STATUS_TABLE: each typed error's HTTP status and gRPC code are one row of it, and both
+    directions read it (first row wins: RESOURCE_EXHAUSTED is 413, 429 is RESOURCE_EXHAUSTED)."""
+    typed = [cls for cls in vars(errors).values() if isinstance(cls, type) and hasattr(cls, "grpc_code")]
+    assert len(typed) >= 10
+    for cls in typed:
+        assert (int(cls.http_status), cls.grpc_code) in errors.STATUS_TABLE, cls
+        assert errors.grpc_code_for_http(cls.http_status) == cls.grpc_code, cls
+    for status, code in [(403, "PERMISSION_DENIED"), (401, "UNAUTHENTICATED"), (429, "RESOURCE_EXHAUSTED"),
+                         (499, "CANCELLED"), (418, "INTERNAL")]:
+        assert errors.grpc_code_for_http(status) == code
+        assert errors.UpstreamError(status, "x").grpc_code == code
+    for code, status in [("PERMISSION_DENIED", 403), ("RESOURCE_EXHAUSTED", 413), ("CANCELLED", 499),
+                         ("DATA_LOSS", 500)]:
+        assert errors.http_status_for_grpc(code) == status

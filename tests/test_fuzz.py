@@ -18,9 +18,9 @@ from kserve_sdk.errors import InvalidInput, PayloadTooLarge
 from kserve_sdk.protocol.binary import deserialize_bytes_tensor, serialize_bytes_tensor
 from kserve_sdk.protocol.dtypes import NP_DTYPES
 from kserve_sdk.protocol.grpc import grpc_predict_v2_pb2 as pb
-from kserve_sdk.protocol.grpc.convert import infer_request_from_grpc, infer_request_to_grpc, tolerant_parser
+from kserve_sdk.protocol.grpc.convert import infer_request_to_grpc, tolerant_parser
 from kserve_sdk.protocol.infer_type import InferInput, InferRequest
-from kserve_sdk.protocol.rest_codec import decode_infer_request, encode_infer_request, infer_request_from_dict
+from kserve_sdk.protocol.rest_codec import encode_infer_request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Examples per property; FUZZ_EXAMPLES raises it for a long run (hack/fuzz.sh).
@@ -94,7 +94,7 @@ def test_rest_request_round_trip(specs, binary):
         tensor.set_data_from_numpy(array, binary_data=use_binary)
         inputs.append(tensor)
     body, json_length = encode_infer_request(InferRequest("m", inputs))
-    decoded = decode_infer_request(body, json_length, "m")
+    decoded = InferRequest.from_bytes(body, json_length, "m")
     for original, (datatype, shape, array) in zip(decoded.inputs, specs):
         got = original.as_numpy()
         assert original.datatype == datatype and original.shape == shape
@@ -122,7 +122,7 @@ def test_grpc_request_round_trip(specs):
         tensor.set_data_from_numpy(array)
         inputs.append(tensor)
     message = infer_request_to_grpc(InferRequest("m", inputs))
-    decoded = infer_request_from_grpc(pb.ModelInferRequest.FromString(message.SerializeToString()))
+    decoded = InferRequest.from_grpc(pb.ModelInferRequest.FromString(message.SerializeToString()))
     for tensor, (_, _, array) in zip(decoded.inputs, specs):
         assert _same(tensor.as_numpy(), array)
 
@@ -147,7 +147,7 @@ documents = st.fixed_dictionaries({}, optional={
 
 
 def _decode_fully(body: bytes, json_length):
-    request = decode_infer_request(body, json_length, "m")
+    request = InferRequest.from_bytes(body, json_length, "m")
     for tensor in request.inputs:
         tensor.as_numpy()
         if tensor.datatype == "BYTES":
@@ -187,7 +187,7 @@ def test_arbitrary_bytes_raise_only_invalid_input(body, json_length):
 def test_grpc_parser_and_converter_raise_only_invalid_input(data):
     message = tolerant_parser(pb.ModelInferRequest)(data)
     try:
-        request = infer_request_from_grpc(message)
+        request = InferRequest.from_grpc(message)
         for tensor in request.inputs:
             tensor.as_numpy()
     except InvalidInput:
@@ -199,7 +199,7 @@ def test_grpc_parser_and_converter_raise_only_invalid_input(data):
 def test_shapes_are_checked_before_any_allocation(shape, datatype):
     doc = {"inputs": [{"name": "x", "shape": shape, "datatype": datatype, "data": [1] if datatype != "BYTES" else ["a"]}]}
     try:
-        request = infer_request_from_dict(doc, "m", b"", None)
+        request = InferRequest.from_dict(doc, "m")
         request.inputs[0].as_numpy()
     except InvalidInput as e:
         assert not isinstance(e, PayloadTooLarge)
@@ -207,7 +207,7 @@ def test_shapes_are_checked_before_any_allocation(shape, datatype):
 
 def test_deep_nesting_is_refused():
     with pytest.raises(InvalidInput, match="depth limit exceeded"):
-        decode_infer_request(b"[" * 5000 + b"]" * 5000, None, "m")
+        InferRequest.from_bytes(b"[" * 5000 + b"]" * 5000, None, "m")
     lying = struct.pack("<I", 2 ** 32 - 1) + b"x"
     with pytest.raises(InvalidInput, match="runs past the end"):
         deserialize_bytes_tensor(lying, 1, "x")

@@ -222,7 +222,7 @@ def test_per_request_lines_on_the_loop_are_written_together_at_the_end_of_its_ro
 
 
 def test_metric_values_read_back_by_prometheus_after_the_file_grows_and_after_a_fork(tmp_path):
-    """kserve_sdk.metric_files writes what prometheus-client's multi-process collector reads: many values
+    """kserve_sdk.internals.prometheus_values writes what prometheus-client's multi-process collector reads: many values
     (the file grows past its first mapping), values made before a fork and updated after it in both
     processes (each process counts in its own file; the scrape sums them)."""
     script = tmp_path / "values.py"

@@ -2,7 +2,9 @@
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from rawhttp import post_json
 
@@ -69,3 +71,40 @@ def test_transformer_refuses_instances_that_are_not_a_list(start_server):
                         ({"instances": {"sepal_length_mm": 51}}, "instances")):
         status, _, answer = post_json(transformer.http_port, "/v1/models/iris:predict", body)
         assert (status, answer) == (400, {"error": f'Expected "{field}" to be a list'}), body
+
+
+@pytest.fixture(scope="module")
+def refusing_predictor(start_server):
+    """A predictor (REST and gRPC) whose model ``iris`` raises a 403 / PERMISSION_DENIED error."""
+    return start_server("tests/models/forbidding.py", "--model_name", "iris")
+
+
+@pytest.mark.parametrize("protocol", ["v1", "v2", "grpc-v2"])
+def test_transformer_passes_on_a_predictors_403(start_server, refusing_predictor, protocol):
+    """403 / PERMISSION_DENIED from the predictor, over each forwarding protocol, reaches the transformer's
+    REST and gRPC callers as 403 / PERMISSION_DENIED."""
+    host = refusing_predictor.grpc_url if protocol == "grpc-v2" else f"127.0.0.1:{refusing_predictor.http_port}"
+    script = "tests/models/grpc_transformer.py" if protocol == "grpc-v2" else "samples/transformer/model.py"
+    transformer = start_server(script, "--model_name", "iris", "--predictor_host", host,
+                               "--predictor_protocol", protocol, grpc=protocol != "v1")
+    if protocol == "v1":
+        status, _, body = post_json(transformer.http_port, "/v1/models/iris:predict", {"instances": [SETOSA_MM]})
+        assert status == 403, body
+        assert "caller may not use model iris" in body["error"]
+        return
+    rows = np.array([[SETOSA_MM[k] for k in SETOSA_MM]], dtype=np.float32)
+    tensor = httpclient.InferInput("measurements_mm", list(rows.shape), "FP32")
+    tensor.set_data_from_numpy(rows)
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{transformer.http_port}")
+    with pytest.raises(InferenceServerException) as rest_error:
+        client.infer("iris", [tensor])
+    client.close()
+    assert rest_error.value.status() == "403" and "caller may not use model iris" in rest_error.value.message()
+    grpc_client = grpcclient.InferenceServerClient(transformer.grpc_url)
+    grpc_tensor = grpcclient.InferInput("measurements_mm", list(rows.shape), "FP32")
+    grpc_tensor.set_data_from_numpy(rows)
+    with pytest.raises(InferenceServerException) as grpc_error:
+        grpc_client.infer("iris", [grpc_tensor])
+    grpc_client.close()
+    assert grpc_error.value.status() == "StatusCode.PERMISSION_DENIED", grpc_error.value
+    assert "caller may not use model iris" in grpc_error.value.message()

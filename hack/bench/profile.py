@@ -39,7 +39,8 @@ AREAS = [
     ("kserve_sdk." + m, rf"kserve_sdk/{m.replace('.', '/')}\.py") for m in (
         "handlers.grpc", "handlers.fast_path", "handlers.inference", "handlers.streaming",
         "handlers.access_log", "protocol.grpc.convert", "protocol.rest_codec", "protocol.tensor",
-        "protocol.infer_type", "dataplane", "model", "executor", "metrics", "metric_files", "statistics",
+        "protocol.infer_type", "dataplane", "model", "executor", "metrics", "internals.prometheus_values",
+        "internals.prometheus_writers", "statistics",
         "logging", "model_repository")
 ] + [
     ("kserve_sdk (other)", r"kserve_sdk/"),

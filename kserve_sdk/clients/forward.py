@@ -1,30 +1,17 @@
 """A transformer's default predict/explain: forward to the predictor/explainer over pooled clients.
 
-One client per (protocol, TLS, timeout, retries) per process, so every worker keeps its own pool.
+The clients come from the process's pool (:mod:`.pool`).
 """
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
 from ..predictor_config import PredictorConfig
-from .rest import InferenceRESTClient, RESTConfig
-
-_clients: Dict[Tuple, Any] = {}
-
-
-def rest_client(protocol: str, timeout: float, retries: int) -> InferenceRESTClient:
-    """The process's pooled REST client for these settings."""
-    key = ("rest", protocol, timeout, retries)
-    client = _clients.get(key)
-    if client is None:
-        client = _clients[key] = InferenceRESTClient(RESTConfig(protocol=protocol, timeout=timeout, retries=retries))
-    return client
+from .pool import grpc_client, rest_client
 
 
 async def forward_predict(model: Any, config: PredictorConfig, payload: Any, headers: Dict[str, str],
                           response_headers: Optional[Dict[str, str]]) -> Any:
     """Send ``payload`` to the predictor in ``config`` and return its answer."""
     if config.predictor_protocol == "grpc-v2":
-        from .grpc import grpc_client
-
         client = grpc_client(config.predictor_host, config.predictor_use_ssl,
                              config.predictor_request_timeout_seconds, config.predictor_request_retries)
         return await client.infer(payload, headers=headers, model_name=model.name)
@@ -38,10 +25,3 @@ async def forward_explain(model: Any, payload: Any, headers: Dict[str, str]) -> 
     """Send ``payload`` to the model's ``explainer_host`` (v1 ``:explain``)."""
     client = rest_client("v1", 600, 0)
     return await client.explain(f"http://{model.explainer_host}", model.name, payload, headers=headers)
-
-
-async def close_clients() -> None:
-    """Close every pooled client (on shutdown)."""
-    for client in list(_clients.values()):
-        await client.close()
-    _clients.clear()

@@ -4,15 +4,11 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import grpc
 
-from ..errors import UpstreamError
+from ..errors import UpstreamError, http_status_for_grpc
 from ..protocol.grpc import grpc_predict_v2_pb2 as pb
-from ..protocol.grpc.convert import infer_request_to_grpc, infer_response_from_grpc
+from ..protocol.grpc.convert import infer_request_to_grpc
 from ..protocol.grpc.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 from ..protocol.infer_type import InferRequest, InferResponse
-
-_HTTP_FOR_GRPC = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.NOT_FOUND: 404,
-                  grpc.StatusCode.UNAVAILABLE: 503, grpc.StatusCode.UNIMPLEMENTED: 501,
-                  grpc.StatusCode.RESOURCE_EXHAUSTED: 413, grpc.StatusCode.DEADLINE_EXCEEDED: 504}
 
 
 def _retry_config(retries: int) -> str:
@@ -60,7 +56,7 @@ class InferenceGRPCClient:
         try:
             return await method(message, timeout=timeout or self._timeout, metadata=_metadata(headers))
         except grpc.aio.AioRpcError as e:
-            raise UpstreamError(_HTTP_FOR_GRPC.get(e.code(), 500), f"[{e.code().name}] {e.details()}") from None
+            raise UpstreamError(http_status_for_grpc(e.code().name), f"[{e.code().name}] {e.details()}") from None
 
     async def infer(self, infer_request: Union[InferRequest, Any], timeout: Optional[float] = None,
                     headers: Union[Dict[str, str], Sequence[Tuple[str, str]], None] = None,
@@ -70,7 +66,7 @@ class InferenceGRPCClient:
         if model_name and not message.model_name:
             message.model_name = model_name
         response = await self._call(self._stub.ModelInfer, message, timeout, headers)
-        return infer_response_from_grpc(response)
+        return InferResponse.from_grpc(response)
 
     async def is_server_ready(self, timeout: Optional[float] = None, headers=None) -> bool:
         """Whether the server is ready."""
@@ -95,14 +91,3 @@ def _metadata(headers) -> Optional[Tuple[Tuple[str, str], ...]]:
         return None
     items = headers.items() if isinstance(headers, dict) else headers
     return tuple((str(k).lower(), str(v)) for k, v in items)
-
-
-def grpc_client(host: str, use_ssl: bool, timeout: float, retries: int) -> InferenceGRPCClient:
-    """The process's pooled gRPC client for these settings."""
-    from .forward import _clients
-
-    key = ("grpc", host, use_ssl, timeout, retries)
-    client = _clients.get(key)
-    if client is None:
-        client = _clients[key] = InferenceGRPCClient(host, use_ssl=use_ssl, timeout=timeout, retries=retries)
-    return client

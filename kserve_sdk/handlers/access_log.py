@@ -6,6 +6,7 @@ from tornado.httputil import HTTPServerRequest
 from tornado.web import RequestHandler
 
 from ..dataplane import DataPlane
+from ..internals.tornado_headers import response_headers
 from ..lifecycle import Call
 from ..logging import ACCESS_LOGGER_NAME, log_info_fast
 
@@ -31,7 +32,7 @@ class RequestLog:
             call = open_call()
         else:  # a handler of Tornado's own (static files): counted all the same
             call = self.dataplane.open_call(getattr(handler, "protocol", "rest_v2"), getattr(handler, "endpoint", "other"))
-        self.finished(call, handler.request, handler.get_status(), handler._headers)
+        self.finished(call, handler.request, handler.get_status(), response_headers(handler))
 
     def finished(self, call: Call, request: HTTPServerRequest, status: int, response_headers: Mapping[str, str]) -> None:
         """``request``'s answer went out with ``status`` and ``response_headers``: its call closes here."""

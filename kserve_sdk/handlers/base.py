@@ -12,6 +12,7 @@ from tornado.web import HTTPError, RequestHandler
 from ..dataplane import DataPlane
 from .. import metrics
 from ..errors import InferenceError, InvalidInput, PayloadTooLarge
+from ..internals.tornado_headers import HeaderRecorder
 from ..lifecycle import Call
 from ..protocol.rest_codec import dumps
 from .responder import JSON, SERVER, Reply, error_reply, header_text
@@ -54,7 +55,7 @@ def encoded(model_name: str, encode, *args: Any):
                              f"{type(e).__name__}: {e}") from None
 
 
-class BaseHandler(RequestHandler):
+class BaseHandler(HeaderRecorder, RequestHandler):
     """A handler bound to the data plane; any exception becomes a JSON error with its own status.
 
     Its :class:`~kserve_sdk.lifecycle.Call` (``self.call``) opens in ``prepare`` and closes when Tornado

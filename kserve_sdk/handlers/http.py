@@ -7,6 +7,7 @@ from tornado.web import Application
 
 from ..dataplane import DataPlane
 from ..errors import PayloadTooLarge
+from ..internals.tornado_buffer import body_already_buffered
 from . import docs, streaming, timeseries, v1, v2
 from .access_log import RequestLog
 from .base import LiveHandler, MetricsHandler, NotFoundHandler, lowercase_headers
@@ -119,7 +120,7 @@ class _BodyLimit(httputil.HTTPMessageDelegate):
             if "chunked" in headers.get("Transfer-Encoding", "").lower():
                 self._chunked = True
                 self._conn.set_max_body_size(2 ** 62)  # counted here instead, to answer 413 rather than a bare 400
-        elif length.isdigit() and getattr(getattr(self._conn, "stream", None), "_read_buffer_size", 0) >= int(length):
+        elif length.isdigit() and body_already_buffered(self._conn, int(length)):
             # The body came with the headers: no need for the body timeout's timer (a cost on every request).
             self._conn.set_body_timeout(None)
         return self._delegate.headers_received(start_line, headers)

@@ -11,9 +11,8 @@ from tornado.httputil import HTTPHeaders
 from ..dataplane import DataPlane, not_a_v2_response
 from ..errors import InvalidInput
 from ..lifecycle import Call
-from ..protocol.infer_type import InferResponse
-from ..protocol.rest_codec import decode_infer_request, dumps, encode_infer_response, infer_request_from_dict, \
-    loads_json, parse_json_length
+from ..protocol.infer_type import InferRequest, InferResponse
+from ..protocol.rest_codec import dumps, encode_infer_response, loads_json, parse_json_length
 from .base import encoded
 from .cloudevents import decode_cloudevent, encode_cloudevent
 from .responder import JSON, Reply
@@ -37,9 +36,9 @@ async def infer_v2(dataplane: DataPlane, name: str, version: Optional[str], call
     model = await dataplane.ready_model(name)  # 404 before the body is decoded
     event = decode_cloudevent(body, headers)
     if event is None:
-        request = decode_infer_request(body, parse_json_length(headers.get(BINARY_HEADER), len(body)), name)
+        request = InferRequest.from_bytes(body, parse_json_length(headers.get(BINARY_HEADER), len(body)), name)
     else:  # JSON event data is a v2 request; other data (e.g. Avro) goes to the model as bytes
-        request = event[0] if isinstance(event[0], bytes) else infer_request_from_dict(event[0], name, b"", None)
+        request = event[0] if isinstance(event[0], bytes) else InferRequest.from_dict(event[0], name)
     if not isinstance(request, bytes):
         request.model_version = version
     response, reply_headers = await dataplane.infer(name, request, call.headers, model, call)

@@ -13,8 +13,8 @@ from tornado.iostream import StreamClosedError
 
 from ..errors import InvalidInput
 from ..protocol.generate import is_tensor_request, merge_generate, to_generate_json
-from ..protocol.infer_type import InferResponse
-from ..protocol.rest_codec import dumps, encode_infer_response, infer_request_from_dict, loads_json
+from ..protocol.infer_type import InferRequest, InferResponse
+from ..protocol.rest_codec import dumps, encode_infer_response, loads_json
 from .base import BaseHandler, cancel_on_disconnect
 from .cloudevents import decode_cloudevent, encode_cloudevent
 from .inference import cloudevent_reply
@@ -126,7 +126,7 @@ class _GenerateBody:
         tensor_form = is_tensor_request(doc)
         if not (tensor_form or tensors_only):
             return doc, False, event
-        request = infer_request_from_dict(doc, name, b"", None)  # a generate-form body raises here
+        request = InferRequest.from_dict(doc, name)  # a generate-form body raises here
         request.model_version = version
         return request, True, event
 

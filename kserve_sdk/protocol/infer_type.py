@@ -2,7 +2,8 @@
 
 ``InferRequest`` is what a model's ``preprocess``/``predict`` receive for v2 REST and gRPC calls;
 ``InferResponse`` is what they return. Wire encoding lives in :mod:`kserve_sdk.protocol.rest_codec`
-(REST) and :mod:`kserve_sdk.protocol.grpc.convert` (gRPC); these classes only hold the data.
+(REST) and :mod:`kserve_sdk.protocol.grpc.convert` (gRPC); these classes only hold the data. The
+tensor classes come from :mod:`.infer_tensors`, below the codecs, and are re-exported here.
 """
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from ..errors import InvalidInput
 from .binary import deserialize_bytes_tensor, serialize_bytes_tensor
-from .tensor import Tensor
+from .infer_tensors import InferInput, InferMessage, InferOutput, RequestedOutput, param_value
 
 __all__ = [
     "InferInput",
@@ -39,64 +40,12 @@ def _as_rest(body: bytes, json_length: Optional[int]) -> Tuple[Union[bytes, Dict
     return body, json_length
 
 
-class InferInput(Tensor):
-    """An input tensor of an inference request: ``InferInput(name, shape, datatype, data=None, parameters=None)``."""
-
-
-class InferOutput(Tensor):
-    """An output tensor of an inference response: ``InferOutput(name, shape, datatype, data=None, parameters=None)``."""
-
-
-class RequestedOutput:
-    """An output the client asked for by name, optionally with ``parameters={"binary_data": True}``."""
-
-    def __init__(self, name: str, parameters: Optional[Dict] = None):
-        self._name = name
-        self._parameters = parameters
-
-    @property
-    def name(self) -> str:
-        """The requested output's name."""
-        return self._name
-
-    @property
-    def parameters(self) -> Optional[Dict]:
-        """The requested output's parameters, or None."""
-        return self._parameters
-
-    @parameters.setter
-    def parameters(self, value: Optional[Dict]) -> None:
-        self._parameters = value
-
-    @property
-    def binary_data(self) -> Optional[bool]:
-        """True/False when the client said how this output is to be sent; None when it did not."""
-        if self._parameters and "binary_data" in self._parameters:
-            return bool(_param_value(self._parameters["binary_data"]))
-        return None
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, RequestedOutput) and (self.name, self.parameters) == (other.name, other.parameters)
-
-    def __repr__(self) -> str:
-        return f"RequestedOutput(name={self._name!r}, parameters={self._parameters!r})"
-
-
-def _param_value(value: Any) -> Any:
-    """A parameter's plain value, whether it came as JSON or as a gRPC ``InferParameter``."""
-    kind = getattr(value, "WhichOneof", None)
-    if kind is not None:
-        field = kind("parameter_choice")
-        return getattr(value, field) if field else None
-    return value
-
-
 def _fields(obj: Any, names: Tuple[str, ...]) -> Dict[str, Any]:
     """The named attributes of a pydantic-style object that are set, as a v2 JSON object."""
     return {name: getattr(obj, name) for name in names if getattr(obj, name, None) is not None}
 
 
-class InferRequest:
+class InferRequest(InferMessage):
     """A v2 inference request: model name, input tensors, parameters and requested outputs."""
 
     def __init__(
@@ -134,23 +83,24 @@ class InferRequest:
         parameter (each requested output's ``binary_data`` overrides it).
         """
         if self.from_grpc:
-            return self._use_raw_outputs or bool(self.parameters and _param_value(
+            return self._use_raw_outputs or bool(self.parameters and param_value(
                 self.parameters.get("binary_data_output", False)))
-        return bool(self.parameters and _param_value(self.parameters.get("binary_data_output", False)))
+        return bool(self.parameters and param_value(self.parameters.get("binary_data_output", False)))
 
     @classmethod
-    def from_bytes(cls, req_bytes: bytes, json_length: int, model_name: str) -> "InferRequest":
-        """Decode a REST body that uses the binary-data extension (JSON header of ``json_length`` bytes)."""
+    def from_bytes(cls, req_bytes: bytes, json_length: Optional[int], model_name: str) -> "InferRequest":
+        """Decode a REST body that uses the binary-data extension (JSON header of ``json_length`` bytes),
+        or plain JSON when ``json_length`` is None."""
         from .rest_codec import decode_infer_request
 
-        return decode_infer_request(req_bytes, json_length, model_name)
+        return decode_infer_request(cls, req_bytes, json_length, model_name)
 
     @classmethod
     def from_dict(cls, body: Dict, model_name: str) -> "InferRequest":
         """Build a request from a decoded v2 JSON body."""
         from .rest_codec import infer_request_from_dict
 
-        return infer_request_from_dict(body, model_name, b"", None)
+        return infer_request_from_dict(cls, body, model_name, b"", None)
 
     @classmethod
     def from_inference_request(cls, request: Any, model_name: str) -> "InferRequest":
@@ -172,7 +122,7 @@ class InferRequest:
         """Build a request from a gRPC ``ModelInferRequest``."""
         from .grpc.convert import infer_request_from_grpc
 
-        return infer_request_from_grpc(request)
+        return infer_request_from_grpc(cls, request)
 
     def to_grpc(self):
         """This request as a gRPC ``ModelInferRequest``."""
@@ -222,7 +172,7 @@ class InferRequest:
     __hash__ = None
 
 
-class InferResponse:
+class InferResponse(InferMessage):
     """A v2 inference response: id, model name, output tensors and parameters."""
 
     def __init__(
@@ -254,7 +204,7 @@ class InferResponse:
         """Build a response from a decoded v2 JSON response body."""
         from .rest_codec import decode_infer_response
 
-        return decode_infer_response(response, b"", None)
+        return decode_infer_response(cls, response, b"", None)
 
     @classmethod
     def from_bytes(cls, res_bytes: bytes, json_length: int) -> "InferResponse":
@@ -263,14 +213,14 @@ class InferResponse:
 
         from .rest_codec import decode_infer_response
 
-        return decode_infer_response(orjson.loads(res_bytes[:json_length]), res_bytes, json_length)
+        return decode_infer_response(cls, orjson.loads(res_bytes[:json_length]), res_bytes, json_length)
 
     @classmethod
     def from_grpc(cls, response) -> "InferResponse":
         """Build a response from a gRPC ``ModelInferResponse``."""
         from .grpc.convert import infer_response_from_grpc
 
-        return infer_response_from_grpc(response)
+        return infer_response_from_grpc(cls, response)
 
     def to_grpc(self):
         """This response as a gRPC ``ModelInferResponse``."""

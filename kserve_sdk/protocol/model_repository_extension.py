@@ -5,16 +5,18 @@ to every worker); this class is for code written against KServe's import path
 ``kserve.protocol.model_repository_extension``, with KServe's method names and answers.
 """
 import inspect
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 from ..errors import ModelNotFound, ModelNotReady
-from ..model_repository import ModelRepository
+
+if TYPE_CHECKING:  # only named here: this package is the wire vocabulary, below the model layer
+    from ..model_repository import ModelRepository
 
 
 class ModelRepositoryExtension:
     """The v2 model repository extension over ``model_registry``, in this process."""
 
-    def __init__(self, model_registry: ModelRepository):
+    def __init__(self, model_registry: "ModelRepository"):
         self._model_registry = model_registry
 
     async def index(self, filter_ready: Optional[bool] = False) -> List[Dict[str, str]]:

@@ -6,14 +6,17 @@ size in ``parameters.binary_data_size``. Decoded binary inputs are memoryview sl
 ``as_numpy()`` is a view and no tensor byte is copied.
 """
 from math import prod
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Type, Union
 
 import numpy as np
 import orjson
 
 from ..errors import InvalidInput
-from .infer_type import InferInput, InferOutput, InferRequest, InferResponse, RequestedOutput
+from .infer_tensors import InferInput, InferMessage, InferOutput, RequestedOutput
 from .tensor import Tensor, check_tensor_header, expected_nbytes, in_shared_memory
+
+if TYPE_CHECKING:  # for the annotations only: infer_type's classes call this module
+    from .infer_type import InferRequest, InferResponse
 
 _DUMPS_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -28,7 +31,7 @@ def json_default(obj: Any) -> Any:
         return bytes(obj).decode("utf-8")
     if isinstance(obj, (set, frozenset, tuple)):
         return list(obj)
-    if isinstance(obj, (InferResponse, InferRequest, Tensor)):
+    if isinstance(obj, (InferMessage, Tensor)):
         return obj.to_dict()
     raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
 
@@ -61,16 +64,17 @@ def parse_json_length(value: Optional[str], body_length: int) -> Optional[int]:
     return length
 
 
-def decode_infer_request(body: bytes, json_length: Optional[int], model_name: str) -> InferRequest:
-    """Decode a v2 REST infer body (plain JSON when ``json_length`` is None)."""
+def decode_infer_request(cls: Type["InferRequest"], body: bytes, json_length: Optional[int],
+                         model_name: str) -> "InferRequest":
+    """Decode a v2 REST infer body (plain JSON when ``json_length`` is None) into a ``cls``."""
     header = body if json_length is None else memoryview(body)[:json_length]
-    return infer_request_from_dict(loads_json(header), model_name, body, json_length)
+    return infer_request_from_dict(cls, loads_json(header), model_name, body, json_length)
 
 
 def infer_request_from_dict(
-    doc: Any, model_name: str, body: Union[bytes, memoryview], json_length: Optional[int]
-) -> InferRequest:
-    """Build an InferRequest from a parsed v2 JSON header; binary tensors are cut from ``body``."""
+    cls: Type["InferRequest"], doc: Any, model_name: str, body: Union[bytes, memoryview], json_length: Optional[int]
+) -> "InferRequest":
+    """Build a ``cls`` (an InferRequest) from a parsed v2 JSON header; binary tensors are cut from ``body``."""
     if not isinstance(doc, dict):
         raise InvalidInput("the request body must be a JSON object")
     inputs = doc.get("inputs")
@@ -81,7 +85,7 @@ def infer_request_from_dict(
     tensors, end = _decode_tensors(inputs, InferInput, body, json_length, "input")
     if json_length is not None and end != len(body):
         raise InvalidInput(f"{len(body) - end} bytes follow the binary inputs but no input claims them")
-    return InferRequest(
+    return cls(
         model_name=model_name,
         infer_inputs=tensors,
         request_id=_optional_str(doc, "id"),
@@ -90,12 +94,13 @@ def infer_request_from_dict(
     )
 
 
-def decode_infer_response(doc: Any, body: Union[bytes, memoryview], json_length: Optional[int]) -> InferResponse:
-    """Build an InferResponse from a parsed v2 JSON response (and its binary tail, if any)."""
+def decode_infer_response(cls: Type["InferResponse"], doc: Any, body: Union[bytes, memoryview],
+                          json_length: Optional[int]) -> "InferResponse":
+    """Build a ``cls`` (an InferResponse) from a parsed v2 JSON response (and its binary tail, if any)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("outputs"), list):
         raise InvalidInput(f"not a v2 inference response: {str(doc)[:200]}")
     tensors, _ = _decode_tensors(doc["outputs"], InferOutput, body, json_length, "output")
-    return InferResponse(
+    return cls(
         response_id=doc.get("id"),
         model_name=doc.get("model_name"),
         model_version=doc.get("model_version"),
@@ -210,7 +215,7 @@ def _encode_tensors(pairs, doc: Dict, key: str) -> Tuple[bytes, Optional[int]]:
     return header, None
 
 
-def encode_infer_response(response: InferResponse, json_only: bool = False) -> Tuple[bytes, Optional[int]]:
+def encode_infer_response(response: "InferResponse", json_only: bool = False) -> Tuple[bytes, Optional[int]]:
     """Encode a response as v2 REST bytes; ``json_length`` is None unless some output is binary.
     ``json_only`` writes every output as JSON (Server-Sent Events carry no binary part)."""
     doc: Dict[str, Any] = {"id": response.id, "model_name": response.model_name,
@@ -223,7 +228,7 @@ def encode_infer_response(response: InferResponse, json_only: bool = False) -> T
     return _encode_tensors(pairs, doc, "outputs")
 
 
-def encode_infer_request(request: InferRequest) -> Tuple[bytes, Optional[int]]:
+def encode_infer_request(request: "InferRequest") -> Tuple[bytes, Optional[int]]:
     """Encode a request as v2 REST bytes (binary inputs stay binary), for forwarding to a predictor."""
     doc: Dict[str, Any] = {}
     if request.id:

@@ -4,16 +4,19 @@ Raw contents become tensors read through numpy views; typed contents are checked
 and datatype. Every problem in a client's message raises InvalidInput (gRPC INVALID_ARGUMENT).
 """
 from math import prod
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Type
 
 import numpy as np
 
 from ...constants.constants import GRPC_CONTENT_DATATYPE_MAPPINGS
 from ...errors import InvalidInput
 from ..dtypes import np_dtype_of
-from ..infer_type import InferInput, InferOutput, InferRequest, InferResponse, RequestedOutput
+from ..infer_tensors import InferInput, InferOutput, RequestedOutput
 from ..tensor import SHM_REGION, Tensor, check_tensor_header, expected_nbytes
 from . import grpc_predict_v2_pb2 as pb
+
+if TYPE_CHECKING:  # for the annotations only: infer_type's classes call this module
+    from ..infer_type import InferRequest, InferResponse
 
 
 class Undecodable:
@@ -136,17 +139,17 @@ def _tensors_from_grpc(entries, raws, cls, kind: str) -> List[Tensor]:
     return tensors
 
 
-def infer_request_from_grpc(request) -> InferRequest:
-    """A ``ModelInferRequest`` as an InferRequest (raw contents are kept as bytes, read as views)."""
+def infer_request_from_grpc(cls: Type["InferRequest"], request) -> "InferRequest":
+    """A ``ModelInferRequest`` as a ``cls`` (an InferRequest; raw contents are kept as bytes, read as views)."""
     if isinstance(request, Undecodable):
         raise InvalidInput(request.reason)
     raws = request.raw_input_contents[:]  # repeated fields are read by slices: a list at C speed
     inputs = _tensors_from_grpc(request.inputs, raws, InferInput, "input")
     wanted = request.outputs
     outputs = [RequestedOutput(o.name, parameters_to_dict(o.parameters)) for o in wanted[:]] if wanted else None
-    result = InferRequest(model_name=request.model_name, infer_inputs=inputs, request_id=request.id or None,
-                          from_grpc=True, parameters=parameters_to_dict(request.parameters),
-                          request_outputs=outputs, model_version=request.model_version or None)
+    result = cls(model_name=request.model_name, infer_inputs=inputs, request_id=request.id or None,
+                 from_grpc=True, parameters=parameters_to_dict(request.parameters),
+                 request_outputs=outputs, model_version=request.model_version or None)
     result._use_raw_outputs = bool(raws)
     return result
 
@@ -174,7 +177,7 @@ def _tensor_message(msg, tensor: Tensor, raw: bool, raws) -> None:
         getattr(msg.contents, GRPC_CONTENT_DATATYPE_MAPPINGS[tensor.datatype]).extend(_typed_values(tensor))
 
 
-def infer_response_to_grpc(response: InferResponse, msg=None):
+def infer_response_to_grpc(response: "InferResponse", msg=None):
     """An InferResponse as a ``ModelInferResponse``, written into ``msg`` when given (e.g. the
     ``infer_response`` of a stream message, which would otherwise be copied in).
 
@@ -205,7 +208,7 @@ def infer_response_to_grpc(response: InferResponse, msg=None):
     return msg
 
 
-def infer_request_to_grpc(request: InferRequest):
+def infer_request_to_grpc(request: "InferRequest"):
     """An InferRequest as a ``ModelInferRequest`` (all inputs as raw contents)."""
     msg = pb.ModelInferRequest(model_name=request.model_name or "", model_version=request.model_version or "",
                                id=request.id or "")
@@ -220,9 +223,9 @@ def infer_request_to_grpc(request: InferRequest):
     return msg
 
 
-def infer_response_from_grpc(response) -> InferResponse:
-    """A ``ModelInferResponse`` as an InferResponse."""
+def infer_response_from_grpc(cls: Type["InferResponse"], response) -> "InferResponse":
+    """A ``ModelInferResponse`` as a ``cls`` (an InferResponse)."""
     outputs = _tensors_from_grpc(response.outputs, list(response.raw_output_contents), InferOutput, "output")
-    return InferResponse(response_id=response.id, model_name=response.model_name,
-                         model_version=response.model_version or None, infer_outputs=outputs,
-                         from_grpc=True, parameters=parameters_to_dict(response.parameters))
+    return cls(response_id=response.id, model_name=response.model_name,
+               model_version=response.model_version or None, infer_outputs=outputs,
+               from_grpc=True, parameters=parameters_to_dict(response.parameters))

@@ -1,11 +1,21 @@
 """Prometheus metric values kept in per-process memory-mapped files, one store per update.
 
-prometheus-client's multi-process mode keeps every value in a file ``<kind>_<pid>.db`` of the metrics
-directory, which a scrape of any worker reads. Its own value class takes a lock, asks for the process
-id, looks the key up and packs two doubles on every update, and a request makes about ten updates.
-:class:`SlotValue` writes the same files in the same layout, but each value keeps a view of its own
-16 bytes of the mapping (value, timestamp), found once when the value is made, so an update is one
-addition under a lock. After a fork, the child's values move to files of its own pid.
+Reaches into prometheus-client: it replaces ``prometheus_client.values.ValueClass`` (the module global
+every metric reads when it makes a value), and writes the files of its multi-process mode in their
+private layout (``mmap_dict``) under their private keys (``mmap_key``), for its
+``MultiProcessCollector`` to read.
+
+Why: prometheus-client's multi-process mode keeps every value in a file ``<kind>_<pid>.db`` of the
+metrics directory, which a scrape of any worker reads. Its own value class takes a lock, asks for the
+process id, looks the key up and packs two doubles on every update, and a request makes about ten
+updates. :class:`SlotValue` writes the same files in the same layout, but each value keeps a view of
+its own 16 bytes of the mapping (value, timestamp), found once when the value is made, so an update is
+one addition under a lock. After a fork, the child's values move to files of its own pid. (Together
+with :mod:`.prometheus_writers`: part of the 42k instructions per request that metrics and statistics
+cost, docs/performance.md.)
+
+Plain path (``KSERVE_SDK_INTERNALS=off``): :func:`install` does nothing and prometheus-client's own
+``MultiProcessValue`` keeps the files.
 """
 import json
 import mmap
@@ -13,6 +23,8 @@ import os
 import struct
 import threading
 from typing import Dict, List, Optional
+
+from . import ENABLED
 
 _INITIAL_SIZE = 1 << 16
 _INT = struct.Struct("i")
@@ -136,3 +148,16 @@ def _move_to_own_files() -> None:
 
 
 os.register_at_fork(after_in_child=_move_to_own_files)
+
+
+def install() -> bool:
+    """Make :class:`SlotValue` prometheus-client's value class; False (nothing done) with the tricks off.
+
+    Call it before any metric exists: values of two classes would keep separate tables of the same files.
+    """
+    if not ENABLED:
+        return False
+    from prometheus_client import values
+
+    values.ValueClass = SlotValue
+    return True

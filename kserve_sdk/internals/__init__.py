@@ -1,0 +1,30 @@
+"""The places where kserve_sdk reaches past a library's public API, one module per trick.
+
+Each module says what it reaches into, why (the gain), and what the plain path is. Set
+``KSERVE_SDK_INTERNALS=off`` in the environment to turn every trick off: each then takes its library's
+public path, which behaves the same and is a little slower. The setting is read once, when kserve_sdk
+is first imported, and worker processes inherit it. ``tests/test_internals.py`` fails, naming the
+internal, when a pinned library no longer has what a trick uses.
+
+- :mod:`.prometheus_values`: prometheus-client's ``values.ValueClass`` and its multi-process file layout
+- :mod:`.prometheus_writers`: a metric child's ``_value``, ``_buckets``, ``_sum`` and ``_upper_bounds``
+- :mod:`.tornado_accept`: ``TCPServer._handle_connection`` (accepting for idle workers first)
+- :mod:`.tornado_buffer`: ``IOStream._read_buffer_size`` (the body already arrived with the headers)
+- :mod:`.tornado_headers`: ``RequestHandler._headers`` (the answer's headers, for the access log)
+- :mod:`.log_records`: ``logging._startTime`` and ``LogRecord``'s fields (building a record by hand)
+
+Not switchable, because no public path behaves the same: :mod:`.argparse_exact` (argparse's
+``_get_option_tuples``, KServe's one-dash flags) and :mod:`.ray_private` (Ray's ``_global_node`` and
+``auto_init_hook``, for stopping a local Ray cleanly).
+"""
+import os
+
+
+
+def switched_on(value: str) -> bool:
+    """Whether a value of ``KSERVE_SDK_INTERNALS`` leaves the tricks on: all but off, 0, false and no."""
+    return value.strip().lower() not in ("off", "0", "false", "no")
+
+
+#: False when ``KSERVE_SDK_INTERNALS`` is ``off`` (or ``0``, ``false``, ``no``): every trick takes the plain path.
+ENABLED: bool = switched_on(os.environ.get("KSERVE_SDK_INTERNALS", "on"))
