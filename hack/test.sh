@@ -18,8 +18,9 @@ if [ $# -gt 0 ]; then
 fi
 .venv/bin/python -m pytest
 # Again with the library-internals tricks off (kserve_sdk/internals/), over the tests of what they touch:
-# metrics, access and latency logs, the body limit, statistics (about 80 s). tests/test_internals.py, in
-# the run above, also serves two workers with the tricks off. The whole suite passes that way too:
+# metrics, access and latency logs, the body limit, statistics, every path of the call lifecycle (about
+# 60 s). tests/test_internals.py, in the run above, also serves two workers with the tricks off. The whole
+# suite passes that way too:
 # KSERVE_SDK_INTERNALS=off .venv/bin/python -m pytest
 KSERVE_SDK_INTERNALS=off exec .venv/bin/python -m pytest -q tests/test_operations.py tests/test_fast_path.py \
-  tests/test_rest_errors.py tests/test_statistics.py tests/test_concurrency.py
+  tests/test_rest_errors.py tests/test_statistics.py tests/test_concurrency.py tests/test_lifecycle.py

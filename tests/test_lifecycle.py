@@ -303,6 +303,7 @@ RETURNS = {
     "none": (500, "returned NoneType, which is not a v2 inference response"),
     "wrongtype": (500, "returned int, which is not a v2 inference response"),
     "shape": (500, "returned output 'out' that is malformed"),
+    "setshape": (500, "got unexpected numpy array shape"),
     "v2dict": (200, [1, 2]),
 }
 

@@ -248,6 +248,9 @@ class Faulty(kserve.Model):
             return {"predictions": [1, 2]}
         if what == "none":
             return None
+        if what == "setshape":  # set_data_from_numpy with an array of another shape than the output's
+            out = InferOutput("out", [3], "FP32")
+            out.set_data_from_numpy(np.zeros(2, np.float32))
         if what == "v2dict":
             return {"outputs": [{"name": "out", "shape": [2], "datatype": "INT32", "data": [1, 2]}]}
         if what == "shape":
