@@ -15,7 +15,7 @@ from ..dataplane import DataPlane, not_a_v2_response
 from ..errors import InferenceError, InvalidInput
 from ..lifecycle import Call, Failure, new_request_id
 from ..protocol.grpc import grpc_predict_v2_pb2 as pb
-from ..protocol.grpc.convert import Undecodable, infer_response_to_grpc, tolerant_parser
+from ..protocol.grpc.convert import Undecodable, infer_request_from_grpc, infer_response_to_grpc, tolerant_parser
 from ..protocol.grpc.grpc_predict_v2_pb2_grpc import (
     GRPCInferenceServiceServicer, add_GRPCInferenceServiceServicer_to_server,
 )
@@ -146,7 +146,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
     @answers_errors
     async def ModelInfer(self, request, context, call):
         model = await self.dataplane.ready_model(request.model_name)  # NOT_FOUND before decoding the tensors
-        infer_request = InferRequest.from_grpc(request)
+        infer_request = infer_request_from_grpc(InferRequest, request)
         response, response_headers = await self.dataplane.infer(request.model_name, infer_request, call.headers,
                                                                 model, call)
         request_id = (("x-request-id", call.request_id),)
@@ -183,7 +183,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         call = self.dataplane.open_call("grpc", "ModelStreamInfer", headers, request.model_name)
 
         async def answers():  # decoding inside the call: a bad request is answered like a model's failure
-            items = self.dataplane.stream(request.model_name, InferRequest.from_grpc(request), headers, call=call)
+            items = self.dataplane.stream(request.model_name, infer_request_from_grpc(InferRequest, request), headers, call=call)
             async for item in items:
                 yield _stream_message(item, request)
 
@@ -192,9 +192,9 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
     def _stream_in(self, first, requests, headers: Dict[str, str]):
         async def decoded():
-            yield InferRequest.from_grpc(first)
+            yield infer_request_from_grpc(InferRequest, first)
             async for request in requests:
-                yield InferRequest.from_grpc(request)
+                yield infer_request_from_grpc(InferRequest, request)
 
         call = self.dataplane.open_call("grpc", "ModelStreamInfer", headers, first.model_name)
         items = self.dataplane.stream_in(first.model_name, decoded(), headers, call=call)

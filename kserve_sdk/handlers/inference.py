@@ -12,7 +12,7 @@ from ..dataplane import DataPlane, not_a_v2_response
 from ..errors import InvalidInput
 from ..lifecycle import Call
 from ..protocol.infer_type import InferRequest, InferResponse
-from ..protocol.rest_codec import dumps, encode_infer_response, loads_json, parse_json_length
+from ..protocol.rest_codec import decode_infer_request, dumps, encode_infer_response, loads_json, parse_json_length
 from .base import encoded
 from .cloudevents import decode_cloudevent, encode_cloudevent
 from .responder import JSON, Reply
@@ -36,7 +36,9 @@ async def infer_v2(dataplane: DataPlane, name: str, version: Optional[str], call
     model = await dataplane.ready_model(name)  # 404 before the body is decoded
     event = decode_cloudevent(body, headers)
     if event is None:
-        request = InferRequest.from_bytes(body, parse_json_length(headers.get(BINARY_HEADER), len(body)), name)
+        # the codec itself, rather than InferRequest.from_bytes's import of it on every call
+        json_length = parse_json_length(headers.get(BINARY_HEADER), len(body))
+        request = decode_infer_request(InferRequest, body, json_length, name)
     else:  # JSON event data is a v2 request; other data (e.g. Avro) goes to the model as bytes
         request = event[0] if isinstance(event[0], bytes) else InferRequest.from_dict(event[0], name)
     if not isinstance(request, bytes):
