@@ -48,7 +48,7 @@ def wait_for(server, text: str, timeout: float = 10.0) -> str:
 
 
 def access_lines(server, request_id: str):
-    log = wait_for(server, f"ACCESS {request_id} ")
+    wait_for(server, f"ACCESS {request_id} ")
     time.sleep(0.2)  # a second line, if one were (wrongly) written, comes in the same or the next round
     return [line for line in server.log().splitlines() if f"ACCESS {request_id} " in line]
 
