@@ -68,6 +68,15 @@ def new_request_id() -> str:
     return f"{_prefix}{next(_serial) & 0xFFFFFFFFFFFF:012x}"
 
 
+def take_request_id(headers: Dict[str, str]) -> str:
+    """The client's ``x-request-id`` in ``headers`` (lowercase names), or a new one, added to them so the
+    model and a forwarded request see the same id."""
+    request_id = headers.get("x-request-id")
+    if request_id is None:
+        request_id = headers["x-request-id"] = new_request_id()
+    return request_id
+
+
 class Failure(NamedTuple):
     """How an exception is answered: HTTP status, gRPC code name, client-facing message, Retry-After."""
 
@@ -108,10 +117,7 @@ class Call:
                  model_name: Optional[str] = None, label: Callable[[Optional[str]], str] = lambda name: ""):
         self.protocol, self.endpoint, self.model_name = protocol, endpoint, model_name
         self.headers = headers = {} if headers is None else headers
-        request_id = headers.get("x-request-id")
-        if request_id is None:
-            request_id = headers["x-request-id"] = new_request_id()
-        self.request_id = request_id
+        self.request_id = take_request_id(headers)
         self.timings = Timings()
         self.started = _perf()
         self._label = label

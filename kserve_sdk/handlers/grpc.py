@@ -13,7 +13,7 @@ from google.protobuf import json_format
 
 from ..dataplane import DataPlane, not_a_v2_response
 from ..errors import InferenceError, InvalidInput
-from ..lifecycle import Call, Failure, new_request_id
+from ..lifecycle import Call, Failure, take_request_id
 from ..protocol.grpc import grpc_predict_v2_pb2 as pb
 from ..protocol.grpc.convert import Undecodable, infer_request_from_grpc, infer_response_to_grpc, tolerant_parser
 from ..protocol.grpc.grpc_predict_v2_pb2_grpc import (
@@ -162,7 +162,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         Each request is a call of its own (counted, timed, in flight while it is answered), all with the
         RPC's request id, which the initial metadata returns."""
         headers = request_headers(context)
-        request_id = headers.setdefault("x-request-id", new_request_id())
+        request_id = take_request_id(headers)
         await context.send_initial_metadata((("x-request-id", request_id),))
         requests = request_iterator.__aiter__()
         first = await anext(requests, None)
