@@ -731,3 +731,34 @@ def test_transformer_forwards_over_grpc(start_server):
         status, message = triton_error(client.infer, "iris", [tensor])
     assert status == "StatusCode.UNAVAILABLE"
     assert message.startswith("[UNAVAILABLE] ")
+
+
+# --- registration ---------------------------------------------------------------------------------------
+def test_service_is_served_by_one_generic_handler_and_no_registered_methods():
+    """Registered methods make grpc.aio wait on one pending task per method for every call (116k
+    instructions per small ModelInfer): the service must be served by its generic handler only, and that
+    handler must answer every method of the v2 service with a tolerant parser."""
+    from kserve_sdk.handlers.grpc import InferenceServicer, _TolerantRegistration
+    from kserve_sdk.protocol.grpc import grpc_predict_v2_pb2 as ours_pb
+    from kserve_sdk.protocol.grpc.grpc_predict_v2_pb2_grpc import add_GRPCInferenceServiceServicer_to_server
+
+    class Recorder:
+        def __init__(self):
+            self.generic, self.registered = [], []
+
+        def add_generic_rpc_handlers(self, handlers):
+            self.generic.extend(handlers)
+
+        def add_registered_method_handlers(self, service, handlers):
+            self.registered.append(service)
+
+    server = Recorder()
+    add_GRPCInferenceServiceServicer_to_server(InferenceServicer(None), _TolerantRegistration(server))
+    assert server.registered == []
+    assert len(server.generic) == 1
+    service = ours_pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    for method in service.methods:
+        details = type("Details", (), {"method": f"/{service.full_name}/{method.name}", "invocation_metadata": ()})
+        handler = server.generic[0].service(details)
+        assert handler is not None, method.name
+        assert type(handler.request_deserializer(b"\xff\xff")).__name__ == "Undecodable", method.name

@@ -124,8 +124,10 @@ def _h2load(port: int, framed: str, count: int, rest: bool = False) -> int:
     return int(re.search(r"status codes: (\d+) 2xx", out).group(1))
 
 
-def _counted(target, workdir: str, framed: str, warmup: int, requests: int, rest: bool = False) -> float:
-    """Instructions per request of one server process under callgrind (every thread, from the dump)."""
+def _counted(target, workdir: str, framed: str, warmup: int, requests: int, rest: bool = False,
+             keep: str = "") -> float:
+    """Instructions per request of one server process under callgrind (every thread, from the dump);
+    the dump is copied into ``keep`` when given (for callgrind_annotate)."""
     import benchlib
 
     out = os.path.join(workdir, f"cg.{target.name}")
@@ -142,6 +144,11 @@ def _counted(target, workdir: str, framed: str, warmup: int, requests: int, rest
         subprocess.run(["callgrind_control", "-d", str(target.proc.pid)], capture_output=True, check=True)
     finally:
         benchlib.stop_group(target.proc, grace=30)
+    if keep:
+        import shutil
+
+        os.makedirs(keep, exist_ok=True)
+        shutil.copy(f"{out}.{target.proc.pid}.1", os.path.join(keep, f"callgrind.{target.name}"))
     with open(f"{out}.{target.proc.pid}.1") as f:
         total = int(re.search(r"^(?:summary|totals): (\d+)", f.read(), re.M).group(1))
     if answered != requests:
@@ -157,7 +164,8 @@ def rest_body() -> bytes:
                                                     "data": list(range(16))}]})
 
 
-def instructions_per_request(names: list, env: dict, warmup: int, requests: int, rest: bool = False) -> None:
+def instructions_per_request(names: list, env: dict, warmup: int, requests: int, rest: bool = False,
+                             keep: str = "") -> None:
     import tempfile
     from types import SimpleNamespace
 
@@ -178,7 +186,7 @@ def instructions_per_request(names: list, env: dict, warmup: int, requests: int,
                 # Valgrind slows the clock the quick-stage test reads (1 ms): without this the add-one predict
                 # would move between the loop and a thread with the machine's load, and so would the count.
                 target.cmd += ["--inline_sync_below_ms", "1000"]
-            per_request = _counted(target, workdir, framed, warmup, requests, rest)
+            per_request = _counted(target, workdir, framed, warmup, requests, rest, keep)
             extra = " ".join(f"{k}={v}" for k, v in env.items()) if target.name == "ours" else ""
             print(f"{target.name}{' (' + extra + ')' if extra else ''}: {per_request / 1000:.0f}k instructions "
                   f"per {'REST v2' if rest else 'gRPC'} request (whole process under callgrind, {requests} requests)",
@@ -197,6 +205,8 @@ def main() -> None:
                     help="--server: environment for ours (repeatable), e.g. KSERVE_LOGLEVEL=WARNING")
     ap.add_argument("--warmup", type=int, default=300, help="--server: requests before counting")
     ap.add_argument("--requests", type=int, default=400, help="--server: requests counted")
+    ap.add_argument("--keep", default="", metavar="DIR", help="--server: keep each server's callgrind dump "
+                    "in DIR (callgrind_annotate --inclusive=yes DIR/callgrind.ours shows where it went)")
     ap.add_argument("--run", nargs=2, metavar=("TARGET", "COUNT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run:
@@ -204,7 +214,8 @@ def main() -> None:
         asyncio.run(calls(servicer, cls, request_bytes(), int(args.run[1])))
     elif args.server:
         env = dict(item.split("=", 1) for item in args.env)
-        instructions_per_request(args.targets.split(","), env, args.warmup, args.requests, args.rest)
+        instructions_per_request(args.targets.split(","), env, args.warmup, args.requests, args.rest,
+                                 args.keep)
     elif args.instructions:
         instructions_per_call()
     else:

@@ -243,7 +243,13 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
 class _TolerantRegistration:
     """Stands in for the server while the generated code registers the service: each method's request
-    parser is replaced by one that hands an undecodable message to the method (as :class:`Undecodable`)."""
+    parser is replaced by one that hands an undecodable message to the method (as :class:`Undecodable`).
+
+    The methods are served through one generic handler only, never registered one by one: grpc.aio keeps
+    a pending task per registered method and, for every call that arrives, waits on all of them with
+    ``asyncio.wait``, which costs more than our whole data plane (116k of 744k instructions per small
+    ModelInfer with the service's 21 methods, docs/performance.md). A generic handler is a dict look-up.
+    """
 
     def __init__(self, server: grpc.aio.Server):
         self._server = server
@@ -252,6 +258,7 @@ class _TolerantRegistration:
         pass  # registered below, from the same method table, with the tolerant parsers
 
     def add_registered_method_handlers(self, service: str, handlers: Dict[str, Any]) -> None:
+        """Serve ``handlers`` (the generated table) through one generic handler, with tolerant parsers."""
         message_types = {m.name: m.input_type.name for m in pb.DESCRIPTOR.services_by_name[
             service.rpartition(".")[2]].methods} if service.endswith("GRPCInferenceService") else {}
         tolerant = {}
@@ -260,7 +267,6 @@ class _TolerantRegistration:
             tolerant[name] = handler._replace(request_deserializer=tolerant_parser(message_class)) \
                 if message_class is not None else handler
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, tolerant),))
-        self._server.add_registered_method_handlers(service, tolerant)
 
 
 async def start_grpc_server(dataplane: DataPlane, port: int, max_threads: int, max_send: int,
