@@ -168,6 +168,13 @@ def loop_factory(event_loop: str) -> Optional[Callable[[], asyncio.AbstractEvent
     return uvloop.new_event_loop
 
 
+#: Bytes Tornado reads from a connection at a time. Each read zeroes a fresh buffer of this size, and a
+#: request takes two reads (its bytes, then the one that finds the socket empty): Tornado's 64 KiB made
+#: that 128 KiB of memory written per small request, a tenth of its instructions. 16 KiB holds a small
+#: request whole; a 1 MiB body takes 64 reads instead of 16, which is lost in its JSON decoding.
+READ_CHUNK_BYTES = 16 * 1024
+
+
 class ModelServer:
     """Serves models over KServe v1 REST, Open Inference Protocol v2 REST and gRPC.
 
@@ -383,7 +390,7 @@ class ModelServer:
         # idle_connection_timeout is also Tornado's header timeout: a client sending headers slowly is dropped.
         server = HTTPServer(app, ssl_options=ssl_options, max_body_size=self.max_body_size,
                             idle_connection_timeout=self.timeout_keep_alive, decompress_request=True,
-                            body_timeout=args.body_timeout_seconds or None)
+                            body_timeout=args.body_timeout_seconds or None, chunk_size=READ_CHUNK_BYTES)
         if sockets is None:
             server.add_sockets(self._bind_http())
         else:

@@ -8,7 +8,9 @@ Implements only what the benchmark calls on ``inference.GRPCInferenceService``
   * ModelStreamInfer: the streaming counter of stream_bench.py ([start, count] -> count messages).
   * ServerLive / ServerReady / ModelReady: always true (readiness probes).
 
-No logging, no metrics, no validation beyond what is needed to answer correctly.
+No logging, no metrics, no validation beyond what is needed to answer correctly. The service is
+served through its generic handler only, as kserve_sdk serves it: grpc.aio's registered methods cost
+every call an ``asyncio.wait`` over one pending task per method (docs/performance.md).
 Max send/receive message length is 64 MiB, plenty for the 1 MiB case.
 
     python hack/bench/bare_grpc.py --port 8081 [--host 127.0.0.1]
@@ -80,13 +82,26 @@ class AddOne(service_pb2_grpc.GRPCInferenceServiceServicer):
                     raw_output_contents=[(start + i).to_bytes(4, "little", signed=True)]))
 
 
+class _GenericOnly:
+    """The server as the generated adder sees it, with its registered-method table dropped."""
+
+    def __init__(self, server):
+        self._server = server
+
+    def add_generic_rpc_handlers(self, handlers):
+        self._server.add_generic_rpc_handlers(handlers)
+
+    def add_registered_method_handlers(self, service, handlers):
+        pass  # the generic handler the adder registered first serves the same table
+
+
 async def serve(host, port):
     server = grpc.aio.server(options=[
         ("grpc.max_send_message_length", MAX_MSG),
         ("grpc.max_receive_message_length", MAX_MSG),
         ("grpc.so_reuseport", 0),
     ])
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(AddOne(), server)
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(AddOne(), _GenericOnly(server))
     server.add_insecure_port(f"{host}:{port}")
     await server.start()
     await server.wait_for_termination()

@@ -143,7 +143,8 @@ def main():
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8080)
     args = ap.parse_args()
-    server = tornado.httpserver.HTTPServer(make_app(), max_body_size=256 << 20)
+    # the read size kserve_sdk uses (model_server.READ_CHUNK_BYTES): Tornado zeroes a buffer this big per read
+    server = tornado.httpserver.HTTPServer(make_app(), max_body_size=256 << 20, chunk_size=16 * 1024)
     server.listen(args.port, address=args.host)
     tornado.ioloop.IOLoop.current().start()
 
