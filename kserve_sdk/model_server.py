@@ -26,7 +26,7 @@ from .dataplane import DataPlane
 from .errors import NoModelReady
 from .handlers.http import make_app
 from .internals.argparse_exact import ExactOneDashParser
-from .logging import configure_logging, logger
+from .logging import configure_logging, flush_pending, logger
 from .model import BaseKServeModel
 from .model_repository import ModelRepository
 from .predictor_config import PredictorConfig
@@ -473,4 +473,5 @@ class ModelServer:
         await close_clients()
         for name in list(self.registered_models.get_models()):
             self.registered_models.unload(name)
+        flush_pending()  # the access and latency lines of the last answers, before the line that ends the log
         logger.info("Model server stopped")

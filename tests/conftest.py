@@ -95,6 +95,17 @@ class Server:
         with open(self.log_file.name, errors="replace") as f:
             return f.read()
 
+    def log_with(self, text: str, timeout: float = 10.0) -> str:
+        """The log once it holds ``text``: per-request lines (access, latency) are written a few
+        milliseconds after their answer, with the others of that moment. Fails after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        log = self.log()
+        while text not in log and time.monotonic() < deadline:
+            time.sleep(0.05)
+            log = self.log()
+        assert text in log, f"{text!r} not in the log:\n{log[-3000:]}"
+        return log
+
     def wait_exit(self, timeout: float = 20.0) -> int:
         return self.proc.wait(timeout=timeout)
 

@@ -701,7 +701,7 @@ def test_transformer_forwards_over_grpc(start_server):
         status, message = triton_error(client.infer, "iris", [short])
     assert status == "StatusCode.INTERNAL"
     assert message.startswith("[INTERNAL] ValueError : cannot reshape array of size 3"), message
-    assert "requestId: fwd-4711" in predictor.log()  # x-request-id was forwarded to the predictor
+    predictor.log_with("requestId: fwd-4711")  # x-request-id was forwarded to the predictor
     out = over_grpc.as_numpy("output-0")
     assert out.dtype == np.int64 and out.tolist() == expected
     assert over_grpc.get_response().model_name == "iris"

@@ -14,7 +14,6 @@ import re
 import subprocess
 import sys
 import textwrap
-import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -59,13 +58,6 @@ def run_python(code: str, pythonpath: str, *args: str) -> subprocess.CompletedPr
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
 
 
-def wait_for_log(server, text: str, timeout: float = 10.0) -> str:
-    deadline = time.monotonic() + timeout
-    while text not in server.log() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return server.log()
-
-
 # --- the unchanged script, both ways ---------------------------------------------------------------------------
 def test_v1_predict_and_kserve_errors(unchanged):
     status, _, body = post_json(unchanged.http_port, "/v1/models/mult:predict", {"instances": [[1, 2], [3, 4]]})
@@ -108,7 +100,7 @@ def test_registered_exception_handler_gets_loop_errors(unchanged):
     assert "loop exception handler" not in unchanged.log()
     status, _, body = post_json(unchanged.http_port, "/v1/models/mult:predict", {"instances": [[13, 1]]})
     assert status == 200 and body["predictions"] == [[39, 3]]
-    log = wait_for_log(unchanged, "loop exception handler:")
+    log = unchanged.log_with("loop exception handler:")
     assert "loop exception handler: RuntimeError('thirteen is unlucky')" in log, log
 
 

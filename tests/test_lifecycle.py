@@ -36,19 +36,8 @@ def stub(server):
     channel.close()
 
 
-def wait_for(server, text: str, timeout: float = 10.0) -> str:
-    """The server's log once it holds ``text`` (lines are written at the end of a loop round)."""
-    deadline = time.monotonic() + timeout
-    log = server.log()
-    while text not in log and time.monotonic() < deadline:
-        time.sleep(0.05)
-        log = server.log()
-    assert text in log, f"{text!r} not in the log:\n{log[-3000:]}"
-    return log
-
-
 def access_lines(server, request_id: str):
-    wait_for(server, f"ACCESS {request_id} ")
+    server.log_with(f"ACCESS {request_id} ")
     time.sleep(0.2)  # a second line, if one were (wrongly) written, comes in the same or the next round
     return [line for line in server.log().splitlines() if f"ACCESS {request_id} " in line]
 
@@ -274,7 +263,7 @@ def test_the_same_exception_is_logged_the_same_way_on_every_protocol(server, stu
     request_id = f"log-{protocol}-{kind.replace(':', '')}"
     answered = _fail(server, stub, protocol, kind, request_id)
     assert answered in (str(status), code, "error_message")
-    log = wait_for(server, f"(x-request-id {request_id})")
+    log = server.log_with(f"(x-request-id {request_id})")
     lines = log.splitlines()
     at = [i for i, line in enumerate(lines) if f"(x-request-id {request_id})" in line]
     assert len(at) == 1, [lines[i] for i in at]  # logged once

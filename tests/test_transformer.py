@@ -39,7 +39,7 @@ def test_transformer_forwards(start_server, predictor, protocol, workers):
         assert [x.decode() for x in result.as_numpy("class_name")] == ["setosa", "virginica"]
         client.close()
     # The request id travelled to the predictor, whose latency line names it.
-    assert "requestId: trace-me" in predictor.log()
+    predictor.log_with("requestId: trace-me")
 
 
 def test_transformer_passes_on_predictor_errors(start_server, predictor):
