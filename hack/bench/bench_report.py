@@ -131,9 +131,9 @@ def num(v, spec=".2f"):
     return "-" if v is None else format(v, spec)
 
 
-def result_word(ok):
-    """PASS / FAIL / n/a."""
-    return "n/a" if ok is None else ("**PASS**" if ok else "**FAIL**")
+def met_word(ok):
+    """met / **missed** / n/a."""
+    return "n/a" if ok is None else ("met" if ok else "**missed**")
 
 
 def table(headers, rows):
@@ -163,7 +163,7 @@ def ratio_text(value, check):
     """A ratio, with its acceptance target and verdict beside when there is one."""
     if check is None:
         return num(value)
-    return f"{num(value)} (≥ {check['target']}: {result_word(check['pass'])})"
+    return f"{num(value)} (≥ {check['target']}: {met_word(check['pass'])})"
 
 
 def margin(c):
@@ -211,11 +211,11 @@ def other_ratios(results):
 
 
 def acceptance_md(checks):
-    """Every check: value, target, PASS/FAIL."""
+    """Every check: cell, value, target, value ÷ target, met / missed."""
     if not checks:
         return "No acceptance check applies to the groups that ran.\n"
     rows = [[c["check"], c["cell"], num(c["value"]), f"{c['op']} {num(c['target'])}", margin(c),
-             "met" if c["pass"] else "n/a" if c["pass"] is None else "**missed**"] for c in checks]
+             met_word(c["pass"])] for c in checks]
     counts = [sum(1 for c in checks if c["pass"] is v) for v in (True, False, None)]
     return "{} met, {} missed, {} n/a (a reference or value missing).\n\n".format(*counts) + \
         table(["check", "cell", "value", "target", "value ÷ target", "result"], rows)
@@ -309,8 +309,9 @@ def growth_md(results):
     rows = []
     for name, m in targets.items():
         for n, row in m.get("models", {}).items():
-            rows.append([name, f"{int(n):,} registered models", num(row.get("rss_mib"), ".1f"),
-                         num(row.get("added_mib"), "+.1f"), num(row.get("kib_per_model"), ".2f") + " KiB/model",
+            unit = num(row["kib_per_model"], ".2f") + " KiB/model" if "kib_per_model" in row else "the base"
+            rows.append([name, f"{int(n):,} registered model{'s' if int(n) != 1 else ''}",
+                         num(row.get("rss_mib"), ".1f"), num(row.get("added_mib"), "+.1f"), unit,
                          row.get("note", EARLIER["models"] if "added_mib" in row else "")])
         c = m.get("connections", {})
         kept = f"kept {c['kept']}/{c['opened']}, {c['failed']} failed; " if "kept" in c else ""
