@@ -300,7 +300,8 @@ def cost_md(results):
 
 
 EARLIER = {"models": "5,000 models add about 1 MiB (0.2 KiB each)",
-           "connections": "8,000 idle connections: about 75 MiB (9.5 KiB each)"}
+           "connections": "8,000 idle connections: about 75 MiB (9.5 KiB each)",
+           "concurrency": "2,000 connections served with no errors at 80% of peak throughput"}
 
 
 def growth_md(results):
@@ -322,6 +323,10 @@ def growth_md(results):
         rows.append([name, f"after {r.get('requests', 0):,} requests (warm-up {r.get('warmup_requests', 0):,})",
                      num(r.get("rss_mib"), ".1f"), num(r.get("growth_mib"), "+.1f"), "growth after warm-up",
                      r.get("note") or f"{r.get('ok', 0):,} answered 2xx"])
+        k = m.get("concurrency", {})
+        rows.append([name, f"{k.get('concurrent', 0):,} concurrent connections under load", "-", "-",
+                     num(k.get("ratio")) + "× the c32 req/s", k.get("note") or
+                     f"{k.get('errors_many', 0)} errors; {EARLIER['concurrency']}"])
     if not rows:
         return ""
     return "### Memory as work grows (memory_bench.py)\n\n" + table(

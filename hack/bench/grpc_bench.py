@@ -233,6 +233,7 @@ def run_aio(args, target, case, payload, seconds):
 def parser():
     """The command line of this bench (benchlib's flags plus the load generator's)."""
     ap = benchlib.arg_parser("Side-by-side loopback gRPC benchmark of add-one model servers.", CASES)
+    ap.set_defaults(targets="bare,ours,kserve,mlserver")   # LitServe and BentoML serve no gRPC
     ap.add_argument("--loadgen", choices=["h2load", "aio"], default="h2load",
                     help="h2load (default; nghttp2-client) or aio (grpc_load.py, grpc.aio on bytes)")
     ap.add_argument("--procs", type=int, default=1, help="aio only: client processes (default 1)")

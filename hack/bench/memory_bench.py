@@ -12,16 +12,20 @@ over the server's process tree (benchlib.rss_mib) in three measurements, each on
                KServe's 5 s, would close them while they are being opened)
   requests     --warmup-requests (10,000) small v2 JSON requests, RSS, then --requests (100,000) more,
                RSS again: the growth after warm-up. h2load --h1, 32 connections, counted with -n
+  concurrency  --concurrent (2,000) connections under load (wrk, the small v2 JSON body) against 32, in
+               --conc-rounds (3) paired rounds: the median ratio of the rates and every error
 The file-descriptor limit is raised to its hard limit in this process before the servers start (they
 inherit it). Every wait is bounded; a measurement that fails is recorded with its reason.
 """
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import re
 import resource
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -29,11 +33,13 @@ import time
 import orjson
 
 import benchlib
+import http_bench
 from benchlib import HOST, MODEL
 
 TARGETS = ["ours", "kserve"]
 MODEL_COUNTS = [1, 1000, 10000]
-QUICK = {"model_counts": [1, 100, 1000], "connections": 500, "warmup_requests": 1000, "requests": 10000}
+QUICK = {"model_counts": [1, 100, 1000], "connections": 500, "warmup_requests": 1000, "requests": 10000,
+         "conc_rounds": 1, "conc_seconds": 2}
 SMALL_BODY = orjson.dumps({"id": "bench", "inputs": [{"name": "input-0", "shape": [1, 16], "datatype": "FP32",
                                                       "data": [float(i) for i in range(16)]}]})
 INFER = f"/v2/models/{MODEL}/infer"
@@ -79,22 +85,29 @@ def post_small(port):
 
 # --------------------------------------------------------------------------- models
 
+def on_fresh_server(name, args, workdir, measure, *extra):
+    """measure(target) on a fresh server started with the extra flags, which is stopped after; its dict, or
+    {"note": why} when the server or the measurement failed."""
+    t = None
+    try:
+        t = start(name, args, workdir, *extra)
+        return measure(t)
+    except (RuntimeError, OSError, asyncio.TimeoutError) as e:
+        return {"note": f"{type(e).__name__}: {e}"}
+    finally:
+        if t is not None:
+            t.stop()
+
+
 def measure_models(name, args, workdir):
     """RSS with each count of registered models; MiB and KiB per model above the one-model server."""
+    def one(t):
+        status = post_small(t.port)
+        return {"rss_mib": settled_rss(t, args.settle), "status": status}
+
     out = {}
     for n in args.model_counts:
-        t = None
-        try:
-            t0 = time.monotonic()
-            t = start(name, args, workdir, "--models", str(n))
-            ready_s = time.monotonic() - t0
-            status = post_small(t.port)
-            out[str(n)] = {"rss_mib": settled_rss(t, args.settle), "ready_s": ready_s, "status": status}
-        except (RuntimeError, OSError) as e:
-            out[str(n)] = {"note": str(e)}
-        finally:
-            if t is not None:
-                t.stop()
+        out[str(n)] = on_fresh_server(name, args, workdir, one, "--models", str(n))
         print(f"  .. memory {name:<7} {n:>6} models: {shown(out[str(n)])}", flush=True)
     base = out.get(str(args.model_counts[0]), {}).get("rss_mib")
     for n in args.model_counts[1:]:
@@ -185,20 +198,16 @@ async def hold_connections(t, count, settle, limit_s):
 
 def measure_connections(name, args, workdir):
     """RSS without and with args.connections idle keep-alive connections, and KiB per connection."""
-    t = None
-    try:
-        t = start(name, args, workdir, "--timeout_keep_alive", "600")
+    def one(t):
         post_small(t.port)
         before = settled_rss(t, args.settle)
         held = asyncio.run(hold_connections(t, args.connections, args.settle, args.limit_s))
-        out = {"connections": args.connections, "rss_before_mib": before, **held}
-        out["added_mib"] = held["rss_mib"] - before
-        out["kib_per_connection"] = out["added_mib"] * 1024 / held["opened"] if held["opened"] else None
-    except (RuntimeError, OSError, asyncio.TimeoutError) as e:
-        out = {"connections": args.connections, "note": f"{type(e).__name__}: {e}"}
-    finally:
-        if t is not None:
-            t.stop()
+        added = held["rss_mib"] - before
+        return {"rss_before_mib": before, **held, "added_mib": added,
+                "kib_per_connection": added * 1024 / held["opened"] if held["opened"] else None}
+
+    out = {"connections": args.connections,
+           **on_fresh_server(name, args, workdir, one, "--timeout_keep_alive", "600")}
     print(f"  .. memory {name:<7} {args.connections} idle connections: {shown(out)}"
           + (f" (kept {out['kept']}/{out['opened']})" if "kept" in out else ""), flush=True)
     return out
@@ -226,22 +235,55 @@ def measure_requests(name, args, workdir):
     body_file = os.path.join(workdir, "small-v2.json")
     with open(body_file, "wb") as f:
         f.write(SMALL_BODY)
-    t = None
-    try:
-        t = start(name, args, workdir)
+
+    def one(t):
         warm_ok, _ = h2load_requests(t.port, body_file, args.warmup_requests, args.limit_s)
         warm = settled_rss(t, args.settle)
         ok, secs = h2load_requests(t.port, body_file, args.requests, args.limit_s)
         after = settled_rss(t, args.settle)
-        out = {"warmup_requests": args.warmup_requests, "requests": args.requests, "ok": warm_ok + ok,
-               "seconds": secs, "rss_after_warmup_mib": warm, "rss_mib": after, "growth_mib": after - warm}
-    except (RuntimeError, OSError) as e:
-        out = {"requests": args.requests, "note": str(e)}
-    finally:
-        if t is not None:
-            t.stop()
+        return {"ok": warm_ok + ok, "seconds": secs, "rss_after_warmup_mib": warm, "rss_mib": after,
+                "growth_mib": after - warm}
+
+    out = {"warmup_requests": args.warmup_requests, "requests": args.requests,
+           **on_fresh_server(name, args, workdir, one)}
     print(f"  .. memory {name:<7} after {args.requests} requests: {shown(out)}"
           + (f" (growth {out['growth_mib']:+.1f} MiB)" if "growth_mib" in out else ""), flush=True)
+    return out
+
+
+# --------------------------------------------------------------------------- many concurrent connections
+
+def measure_concurrency(name, args, workdir):
+    """req/s with args.concurrent connections against 32, paired over args.conc_rounds rounds (wrk, the
+    small v2 JSON body): the ratio and every error. Served well means no error at >= 0.8x the c32 rate."""
+    case = benchlib.Case("v2-json-small", 32, "v2json", 16)
+    payload = http_bench.make_payload(case, workdir)
+    wrk = argparse.Namespace(threads=1, timeout=10)
+
+    def one(t):
+        # A first untimed second at many connections: the server's first accept storm is not the steady state.
+        http_bench.run_wrk(wrk, t, dataclasses.replace(case, conc=args.concurrent), payload, 1)
+        benchlib.wait_idle(t.proc.pid)
+        rounds = []
+        for _ in range(args.conc_rounds):
+            pair = {}
+            for conc in (32, args.concurrent):
+                res, err = http_bench.run_wrk(wrk, t, dataclasses.replace(case, conc=conc), payload,
+                                              args.conc_seconds)
+                if res is None:
+                    raise RuntimeError(f"wrk at c{conc}: {err}")
+                benchlib.wait_idle(t.proc.pid)
+                pair[conc] = (res.ok / res.seconds, sum(res.errors.values()))   # non-2xx and socket errors
+            rounds.append(pair)
+        ratios = [r[args.concurrent][0] / r[32][0] for r in rounds if r[32][0]]
+        return {"rps_c32": [r[32][0] for r in rounds], "rps_many": [r[args.concurrent][0] for r in rounds],
+                "errors_many": sum(r[args.concurrent][1] for r in rounds),
+                "ratio": statistics.median(ratios) if ratios else None}
+
+    out = {"concurrent": args.concurrent, **on_fresh_server(name, args, workdir, one)}
+    print(f"  .. memory {name:<7} {args.concurrent} concurrent connections: "
+          + (f"{out['ratio']:.2f}x the c32 rate, {out['errors_many']} errors" if out.get("ratio") else
+             out.get("note", "no rate")), flush=True)
     return out
 
 
@@ -261,13 +303,17 @@ def run(args):
     if fd_limit < 2 * args.connections + 100:
         args.connections = max(0, (fd_limit - 100) // 2)
         print(f"  fd limit {fd_limit}: holding {args.connections} connections")
+    if fd_limit < 2 * args.concurrent + 100:
+        args.concurrent = max(32, (fd_limit - 100) // 2)
+        print(f"  fd limit {fd_limit}: {args.concurrent} concurrent connections")
     workdir = tempfile.mkdtemp(prefix="memory-")
     out = {"fd_limit": fd_limit, "targets": {}}
     try:
         for name in args.targets.split(","):
             out["targets"][name] = {"models": measure_models(name, args, workdir),
                                     "connections": measure_connections(name, args, workdir),
-                                    "requests": measure_requests(name, args, workdir)}
+                                    "requests": measure_requests(name, args, workdir),
+                                    "concurrency": measure_concurrency(name, args, workdir)}
     finally:
         if not args.keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -283,6 +329,9 @@ def parser():
     ap.add_argument("--connections", type=int, default=5000, help="idle keep-alive connections (default 5000)")
     ap.add_argument("--warmup-requests", type=int, default=10000, help="requests before the first reading")
     ap.add_argument("--requests", type=int, default=100000, help="requests between the two readings")
+    ap.add_argument("--concurrent", type=int, default=2000, help="connections in the concurrency cell (default 2000)")
+    ap.add_argument("--conc-rounds", type=int, default=3, help="paired rounds c32 / --concurrent (default 3)")
+    ap.add_argument("--conc-seconds", type=float, default=3, help="wrk seconds per run there (default 3)")
     ap.add_argument("--settle", type=float, default=1.0, help="seconds of quiet before each RSS reading")
     ap.add_argument("--limit-s", type=float, default=600, help="bound on each load step in s (default 600)")
     ap.add_argument("--quick", action="store_true", help="smaller counts: " + str(QUICK))
