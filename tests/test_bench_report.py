@@ -75,4 +75,5 @@ def test_markdown_has_a_line_per_check_and_the_tail_table():
     md = bench_report.summary_markdown(results())
     assert "| ×BentoML | http v1-small@c32 | 2.40 | >= 3.00 | 0.80 | **missed** |" in md
     assert "| ×LitServe | http v1-small@c32 | 2.20 | >= 2.00 | 1.10 | met |" in md
-    assert "| http | v1-small@c32 | 8.00 / 12.00 | 10.00 / 20.00 | 40.00 / 60.00 | 30.00 / 50.00 | 35.00 / 55.00 |" in md
+    tail = "| http | v1-small@c32 | 8.00 / 12.00 | 10.00 / 20.00 | 40.00 / 60.00 | 30.00 / 50.00 | 35.00 / 55.00 |"
+    assert tail in md

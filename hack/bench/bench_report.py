@@ -227,7 +227,7 @@ def summary_markdown(results):
     ratios = ratio_summary(results, checks)
     intro = "kserve_sdk (`ours`) req/s divided by each reference's, same cell, same run.\n" if ratios else ""
     parts = ["## Summary\n", intro, ratios, other_ratios(results), "## Acceptance\n", acceptance_md(checks),
-             "## Tail latency\n", tail_md(results), cost_md(results), "## Start-up and memory\n", memory_md(results),
+             tail_md(results), cost_md(results), "## Start-up and memory\n", memory_md(results),
              growth_md(results)]
     return "\n".join(p for p in parts if p)
 
@@ -272,8 +272,9 @@ def tail_md(results):
             rows.append([group, label(c)] + [tail_text(by.get((t, label(c)))) for t in TAIL_TARGETS])
     if not rows:
         return ""
-    return ("p99 / p99.9 in ms, each the median over the cell's rounds; at c1 a 3 s window holds a few thousand "
-            "requests, so p99.9 rests on a handful of them.\n\n"
+    window = results.get("settings", {}).get("duration", 3)
+    return (f"## Tail latency\n\np99 / p99.9 in ms, each the median over the cell's rounds; at c1 a {window} s window "
+            "holds a few thousand requests at most, so p99.9 rests on a handful of them.\n\n"
             + table(["group", "cell"] + TAIL_TARGETS, rows))
 
 
@@ -295,7 +296,7 @@ def cost_md(results):
         ratio = found["ours"] / found["bare"] if found.get("ours") and found.get("bare") else None
         rows.append([title, num(found.get("bare"), "d"), num(found.get("ours"), "d"), num(ratio),
                      cost[proto].get("error", "")])
-    return (f"### Instructions per request (call_cost.py --server, {cost['requests']} requests under callgrind)\n\n"
+    return (f"## Instructions per request (call_cost.py --server, {cost['requests']} requests under callgrind)\n\n"
             + table(["request", "bare k", "ours k", "ours ÷ bare", "note"], rows))
 
 

@@ -6,8 +6,9 @@ addone  POST /predict {"instances": [[...]]} -> {"predictions": [[... + 1]]}: th
         addone_model.py with LitServe's own request/response hooks.
 stream  POST /predict {"start": s, "count": n} -> n lines of newline-delimited JSON {"y": s + i}
         (LitAPI(stream=True)): the counter of stream_model.py.
-LitServer runs with its defaults (accelerator auto, here the CPU: one inference worker, one API server process, log level
-info) and fast_queue=True (its ZeroMQ request queue). Bound to 127.0.0.1; no client file is written.
+LitServer runs with its defaults (accelerator auto, here the CPU: one inference worker, one API server
+process, log level info) and fast_queue=True (its ZeroMQ request queue). Bound to 127.0.0.1; no client
+file is written.
 """
 
 import argparse
