@@ -2,8 +2,8 @@
 
   litserve  litserve_server.py on LitServe (its LitAPI hooks, default settings, fast_queue), from the
             `litserve` venv of setup_peers.sh; POST /predict; ready when GET /health answers 200
-  bentoml   `bentoml serve service:AddOne` in a copy of bentoml_addone/, from the `bentoml` venv;
-            POST /predict; ready when GET /readyz answers 200
+  bentoml   `bentoml serve service:AddOne` in a copy of bentoml_addone/, from the `bentoml` venv,
+            usage tracking off (BENTOML_DO_NOT_TRACK); POST /predict; ready when GET /readyz answers 200
 Both serve HTTP only, on their own JSON route: the bench sends them the body of KServe's v1 protocol
 ({"instances": ...} -> {"predictions": ...}), which is also what their add-one models take. The
 streaming counter (peer_api "stream") exists for LitServe only.
@@ -54,6 +54,8 @@ def _bentoml(t, args, workdir, peer_api):
     t.cmd = [os.path.join(os.path.dirname(py), "bentoml"), "serve", "service:AddOne",
              "--host", benchlib.HOST, "--port", str(t.http_port)]
     t.cwd = _copy_service(workdir)
+    # No usage report leaves the machine, and BentoML's home (its store, its config) stays in the workdir.
+    t.env = {"BENTOML_DO_NOT_TRACK": "True", "BENTOML_HOME": os.path.join(workdir, "bentoml-home")}
     t.ready = benchlib.http_ready("/readyz")
     t.desc = f"bentoml {ver}, @bentoml.service with one @bentoml.api, default settings (1 worker)"
 

@@ -1,6 +1,6 @@
 """The add-one model as a BentoML service, run from the `bentoml` venv of setup_peers.sh.
 
-    cd hack/bench/bentoml_addone && /tmp/bench-venvs/bentoml/bin/bentoml serve service:AddOne \
+    cd hack/bench/bentoml_addone && BENTOML_DO_NOT_TRACK=True /tmp/bench-venvs/bentoml/bin/bentoml serve service:AddOne \
         --host 127.0.0.1 --port 8080
 
 POST /predict {"instances": [[...]]} -> {"predictions": [[... + 1]]}: one @bentoml.api, BentoML's
