@@ -329,7 +329,8 @@ def parser():
     ap.add_argument("--connections", type=int, default=5000, help="idle keep-alive connections (default 5000)")
     ap.add_argument("--warmup-requests", type=int, default=10000, help="requests before the first reading")
     ap.add_argument("--requests", type=int, default=100000, help="requests between the two readings")
-    ap.add_argument("--concurrent", type=int, default=2000, help="connections in the concurrency cell (default 2000)")
+    ap.add_argument("--concurrent", type=int, default=2000,
+                    help="connections in the concurrency cell (default 2000)")
     ap.add_argument("--conc-rounds", type=int, default=3, help="paired rounds c32 / --concurrent (default 3)")
     ap.add_argument("--conc-seconds", type=float, default=3, help="wrk seconds per run there (default 3)")
     ap.add_argument("--settle", type=float, default=1.0, help="seconds of quiet before each RSS reading")
