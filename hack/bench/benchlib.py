@@ -32,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 HOST = "127.0.0.1"
 MODEL = "addone"
-ALL_TARGETS = ["bare", "ours", "kserve", "mlserver"]
+ALL_TARGETS = ["bare", "ours", "kserve", "mlserver", "litserve", "bentoml"]
 
 
 # --------------------------------------------------------------------------- cases
@@ -254,6 +254,7 @@ class Target:
     ready: Callable = None                             # ready(target) -> bool
     unsupported: dict = field(default_factory=dict)   # case name -> reason
     unavailable: str = ""                              # whole target skipped: why
+    path: str = ""                                     # its own route for the v1-shaped JSON body ('' = KServe's)
     proc: subprocess.Popen = None
     log: str = ""
     ready_s: float = None                              # seconds from start to ready
@@ -300,13 +301,15 @@ def venv_version(python, dist):
 
 
 def build_targets(names, args, workdir, proto, unsupported=None, *, model=MODEL,
-                  model_script="addone_model.py", mlserver_dir="mlserver_addone", bare_proto=None):
+                  model_script="addone_model.py", mlserver_dir="mlserver_addone", bare_proto=None,
+                  peer_api="addone"):
     """proto 'http', 'grpc' or 'both': which port is benched (target.port; 'both' benches
     target.http_port and target.grpc_port, port is the HTTP one), whether gRPC is enabled and how
     readiness is probed.
 
     unsupported: {target name: {case name: reason}}. model_script (for ours/kserve) and mlserver_dir
-    (for mlserver) are in hack/bench/ and serve the model named ``model``.
+    (for mlserver) are in hack/bench/ and serve the model named ``model``; peer_api is the model the
+    LitServe and BentoML flavors serve (peers.py: addone or stream).
     """
     if proto not in ("http", "grpc", "both"):
         raise ValueError(f"proto must be http, grpc or both, not {proto!r}")
@@ -376,6 +379,9 @@ def build_targets(names, args, workdir, proto, unsupported=None, *, model=MODEL,
             ready_http = http_ready(f"/v2/models/{model}/ready", port=http_port)
             t.ready = (lambda tgt: ready_http(tgt) and grpc_ready(tgt)) if use_grpc else ready_http
             t.desc = f"mlserver {ver}, parallel_workers={settings.get('parallel_workers')}"
+        elif name in ("litserve", "bentoml"):
+            import peers   # here, not at the top: peers.py uses this module's helpers
+            peers.configure(t, args, workdir, proto, peer_api)
         else:
             raise SystemExit(f"unknown target {name!r}; known: {', '.join(ALL_TARGETS)}")
         targets.append(t)
@@ -396,6 +402,7 @@ class LoadResult:
     ok: int                        # correct answers
     p50_ms: float = None
     p99_ms: float = None
+    p999_ms: float = None          # p99.9, when the load generator reports every request's time
     errors: dict = field(default_factory=dict)   # error column key -> count
 
 
@@ -406,11 +413,14 @@ class Row:
     rps: float = None
     p50: float = None
     p99: float = None
+    p999: float = None    # p99.9
     errors: dict = field(default_factory=dict)
     mem: float = None
     cpu_ms: float = None  # server CPU (utime+stime, process tree) per answer over the timed window
     note: str = ""        # n/a reason or error text
     round_rps: list = field(default_factory=list)  # req/s of every round (--rounds), this row's among them
+    round_p99: list = field(default_factory=list)  # p99 and p99.9 of every round
+    round_p999: list = field(default_factory=list)
 
 
 def precheck(target, case, payload, check):
@@ -472,6 +482,7 @@ def bench_one(args, target, case, payload, hwm_reset_ok, check, load, warm_up=Tr
     row.rps = res.ok / res.seconds
     row.p50 = res.p50_ms
     row.p99 = res.p99_ms
+    row.p999 = res.p999_ms
     if nerr:
         row.note = "some requests failed; probe: " + (check(target, case, payload) or "OK")
     return row
@@ -484,14 +495,14 @@ def fmt(v, spec):
 
 
 def print_table(rows, targets, cases, err_cols, *, base="bare", headers=("req/s", "p50 ms", "p99 ms")):
-    """err_cols: [(key in Row.errors, header)], printed between p99 and cpu ms/req.
+    """err_cols: [(key in Row.errors, header)], printed between p99.9 and cpu ms/req.
 
     base: the target the rate of every other target is divided by in the ratio table.
     headers: the titles of Row.rps, Row.p50 and Row.p99.
     """
     rate_h, p50_h, p99_h = headers
     print()
-    hdr = f"{'target':<9} {'case':<15} {'conc':>4} {rate_h:>9} {p50_h:>9} {p99_h:>9} " + \
+    hdr = f"{'target':<9} {'case':<15} {'conc':>4} {rate_h:>9} {p50_h:>9} {p99_h:>9} {'p99.9 ms':>9} " + \
           "".join(f"{h:>8}" for _, h in err_cols) + f" {'cpu ms/req':>10} {'peak MiB':>9}"
     print(hdr)
     print("-" * len(hdr))
@@ -506,7 +517,8 @@ def print_table(rows, targets, cases, err_cols, *, base="bare", headers=("req/s"
             flag = " *" if r.note else ""
             errs = "".join(f"{r.errors.get(k, 0):>8d}" for k, _ in err_cols)
             print(f"{r.target:<9} {case.name:<15} {case.conc:>4} {r.rps:>9.1f} {fmt(r.p50, '9.2f')} "
-                  f"{fmt(r.p99, '9.2f')}{errs} {fmt(r.cpu_ms, '10.3f')} {fmt(r.mem, '9.1f')}{flag}")
+                  f"{fmt(r.p99, '9.2f')} {fmt(r.p999, '9.2f')}{errs} {fmt(r.cpu_ms, '10.3f')} "
+                  f"{fmt(r.mem, '9.1f')}{flag}")
             if r.note:
                 notes.append(f"  * {r.target} {case.key}: {r.note}")
         print()
@@ -630,8 +642,10 @@ def run_cases(args, bench, targets, cases, payloads, hwm_ok):
 
 def median_round(rounds):
     """The round with the median req/s (the lower middle one of an even count), with the highest peak
-    memory and all rounds' errors; every round's req/s is kept in ``round_rps``. Rounds without a rate
-    (an error, n/a) count only when no round has one."""
+    memory and all rounds' errors; every round's req/s is kept in ``round_rps``. Its p99 and p99.9 are
+    the medians over the rounds (a tail percentile of one window swings more than its rate), every
+    round's in ``round_p99`` and ``round_p999``. Rounds without a rate (an error, n/a) count only when no
+    round has one."""
     rated = sorted((r for r in rounds if r.rps is not None), key=lambda r: r.rps)
     if not rated:
         return rounds[0]
@@ -644,7 +658,16 @@ def median_round(rounds):
             errors[k] = errors.get(k, 0) + v
     row.errors = errors
     row.round_rps = [r.rps for r in rounds]
+    row.round_p99 = [r.p99 for r in rounds]
+    row.round_p999 = [r.p999 for r in rounds]
+    row.p99, row.p999 = median_of(row.round_p99), median_of(row.round_p999)
     return row
+
+
+def median_of(values):
+    """The median of the values that are there (a tail percentile over rounds), None when none is."""
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
 
 
 def _int_if_whole(v):

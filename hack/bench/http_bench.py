@@ -8,6 +8,8 @@ Targets (each started on free 127.0.0.1 ports, stopped by process group at exit)
   ours      hack/bench/addone_model.py with BENCH_IMPL=ours   (kserve_sdk, this repo)
   kserve    hack/bench/addone_model.py with BENCH_IMPL=kserve (kserve==0.21.0 venv)
   mlserver  mlserver start <copy of hack/bench/mlserver_addone> (mlserver==1.7.1 venv)
+  litserve  hack/bench/litserve_server.py (litserve venv), POST /predict, v1 cases only
+  bentoml   bentoml serve hack/bench/bentoml_addone (bentoml venv), POST /predict, v1 cases only
 
 The peer venvs come from hack/bench/setup_peers.sh. The load generator is wrk
 (apt-get install -y wrk) driven by hack/bench/wrk_post.lua. Targets, process
@@ -32,17 +34,24 @@ HDR = "Inference-Header-Content-Length"
 CASES = [
     Case("v2-json-small", 1, "v2json", 16),
     Case("v2-json-small", 32, "v2json", 16),
+    Case("v1-small", 1, "v1", 16),
     Case("v1-small", 32, "v1", 16),
     Case("v2-binary-1mib", 4, "v2bin", 262144),
     Case("v2-json-1mib", 4, "v2json", 262144, min_seconds=8),  # KServe needs ~5 s per request here
+    Case("v1-json-1mib", 4, "v1", 262144, min_seconds=8),
 ]
+
+#: LitServe and BentoML have their own JSON route, which takes the v1 body; the v2 cases are not theirs.
+NOT_V2 = "its own JSON route only (no Open Inference Protocol v2)"
 
 UNSUPPORTED = {
     "mlserver": {
         "v1-small": "MLServer serves only the V2/Open Inference Protocol (no /v1 routes)",
+        "v1-json-1mib": "MLServer serves only the V2/Open Inference Protocol (no /v1 routes)",
         "v2-binary-1mib": "MLServer's REST server has no Triton binary tensor extension "
                           "(Inference-Header-Content-Length is not parsed)",
     },
+    **{peer: {case.name: NOT_V2 for case in CASES if case.proto != "v1"} for peer in ("litserve", "bentoml")},
 }
 
 
@@ -130,13 +139,14 @@ def check_response(case, payload, status, headers, data):
     return None
 
 
-def one_request(port, payload, timeout=30):
+def one_request(port, payload, timeout=30, path=""):
+    """POST the payload to path (default: its own); (status, headers, body)."""
     conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
     try:
         headers = {"Content-Type": payload.ctype}
         if payload.hdrlen:
             headers[HDR] = payload.hdrlen
-        conn.request("POST", payload.path, body=payload.body, headers=headers)
+        conn.request("POST", path or payload.path, body=payload.body, headers=headers)
         r = conn.getresponse()
         data = r.read()
         return r.status, {k.lower(): v for k, v in r.getheaders()}, data
@@ -147,7 +157,7 @@ def one_request(port, payload, timeout=30):
 def check(target, case, payload):
     """One real request; None when the answer is exactly input + 1."""
     try:
-        return check_response(case, payload, *one_request(target.port, payload))
+        return check_response(case, payload, *one_request(target.port, payload, path=target.path))
     except OSError as e:
         return f"request failed: {e!r}"
 
@@ -156,7 +166,7 @@ def check(target, case, payload):
 
 def run_wrk(args, target, case, payload, seconds):
     env = dict(os.environ, BENCH_BODY=payload.body_file, BENCH_CTYPE=payload.ctype,
-               BENCH_HDRLEN=payload.hdrlen, BENCH_PATH=payload.path)
+               BENCH_HDRLEN=payload.hdrlen, BENCH_PATH=target.path or payload.path)
     threads = min(args.threads, case.conc)
     cmd = ["wrk", "-t", str(threads), "-c", str(case.conc), "-d", f"{seconds}s",
            "--timeout", f"{args.timeout}s", "-s", os.path.join(HERE, "wrk_post.lua"),
@@ -174,6 +184,7 @@ def run_wrk(args, target, case, payload, seconds):
                 ok=res["requests"] - res["status_errors"],
                 p50_ms=res["p50_us"] / 1000,
                 p99_ms=res["p99_us"] / 1000,
+                p999_ms=res["p999_us"] / 1000,
                 errors={"non2xx": res["status_errors"],
                         "sockerr": res["connect"] + res["read"] + res["write"] + res["timeout"]},
             ), None

@@ -12,6 +12,10 @@ its end, also on errors and Ctrl-C; targets alternate within every cell):
   workers  --workers 1 vs 2, v2 JSON [1,16] at c32 (wrk)    kserve_sdk
   startup  process start -> ready, idle RSS (median of --starts starts, targets alternating)
   shm      shm_bench.py: 64 MiB via system shared memory vs binary REST, c1   kserve_sdk
+  memory   memory_bench.py: RSS with 1/1,000/10,000 models, 5,000 idle connections, 100,000 requests
+  cost     call_cost.py --server [--rest]: instructions per small gRPC / REST v2 request   bare, ours
+The http group also runs LitServe and BentoML (litserve, bentoml) on their own /predict route in the
+v1 cells, and the stream group LitServe's stream=True in the sse-stream cells.
 bench_report.py turns the results into bench.md. See README.md.
 """
 
@@ -21,6 +25,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -33,14 +38,17 @@ import bench_report
 import benchlib
 import grpc_bench
 import http_bench
+import memory_bench
+import peers
 import shm_bench
 import stream_bench
 from benchlib import ALL_TARGETS, HERE, REPO
 
-GROUPS = ["http", "grpc", "stream", "batch", "workers", "startup", "shm"]
-REFS = {"http": ["bare", "kserve", "mlserver"], "grpc": ["bare", "kserve", "mlserver"],
-        "stream": ["bare", "mlserver"], "batch": ["batch-off"], "workers": ["ours-w1"], "shm": []}
-QUICK = {"duration": 1, "warmup": 0, "rounds": 1, "starts": 1, "settle": 0.5, "shm_max_requests": 20}
+GROUPS = ["http", "grpc", "stream", "batch", "workers", "startup", "shm", "memory", "cost"]
+REFS = {"http": ["bare", "kserve", "mlserver", "litserve", "bentoml"], "grpc": ["bare", "kserve", "mlserver"],
+        "stream": ["bare", "mlserver", "litserve"], "batch": ["batch-off"], "workers": ["ours-w1"], "shm": []}
+QUICK = {"duration": 1, "warmup": 0, "rounds": 1, "starts": 1, "settle": 0.5, "shm_max_requests": 20,
+         "cost_requests": 100}
 
 
 # --------------------------------------------------------------------------- arguments
@@ -53,14 +61,17 @@ def parse_args(argv=None):
     ap.add_argument("--rounds", type=int, default=5, help="rounds per cell, targets alternating in each; the "
                     "table keeps each target's median round, a ratio is the median of the rounds' (default 5)")
     ap.add_argument("--warmup", type=float, default=1, help="warm-up seconds per cell (default 1)")
-    ap.add_argument("--targets", default=",".join(ALL_TARGETS), help="comma list (default: all four)")
+    ap.add_argument("--targets", default=",".join(ALL_TARGETS), help="comma list (default: all six)")
     ap.add_argument("--only", default="", help=f"comma list of groups from {','.join(GROUPS)} (default all)")
     ap.add_argument("--cases", default="", help="comma list of NAME or NAME@cN from the benches' cases: "
                     "each load group runs only those it has (groups with none are skipped)")
-    ap.add_argument("--quick", action="store_true", help="smoke run: 1 s cells, no warm-up, 1 start")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 1 s cells, no warm-up, 1 start, "
+                    "memory's smaller counts, 100 requests under callgrind")
     ap.add_argument("--starts", type=int, default=3, help="startup: starts per target (default 3)")
     ap.add_argument("--settle", type=float, default=1.0, help="startup: seconds after ready before idle RSS")
     ap.add_argument("--shm-max-requests", type=int, default=1000, help="shm: requests per timed run")
+    ap.add_argument("--cost-requests", type=int, default=400, help="cost: requests counted under callgrind "
+                    "(as many to warm up; default 400)")
     ap.add_argument("--ready-timeout", type=float, default=90, help="server start timeout in s")
     ap.add_argument("--venvs", default=os.environ.get("BENCH_VENVS", "/tmp/bench-venvs"))
     ap.add_argument("--python", default=sys.executable, help="interpreter for bare and ours")
@@ -107,8 +118,9 @@ def bench_args(module, opts, targets, cases=None):
 def cell(row, rows, refs):
     """One Row as data, with its req/s ratio to each reference target of the same case."""
     out = {"target": row.target, "case": row.case.name, "conc": row.case.conc, "rps": row.rps,
-           "p50_ms": row.p50, "p99_ms": row.p99, "cpu_ms_per_req": row.cpu_ms, "peak_mib": row.mem,
-           "errors": row.errors, "note": row.note, "round_rps": row.round_rps, "ratio": {}}
+           "p50_ms": row.p50, "p99_ms": row.p99, "p999_ms": row.p999, "cpu_ms_per_req": row.cpu_ms,
+           "peak_mib": row.mem, "errors": row.errors, "note": row.note, "round_rps": row.round_rps,
+           "round_p99_ms": row.round_p99, "round_p999_ms": row.round_p999, "ratio": {}}
     for ref in refs:
         base = rows.get((ref, row.case.key))
         if ref != row.target and base is not None and base.rps and row.rps:
@@ -146,7 +158,7 @@ def group_http(opts, targets):
 
 def group_grpc(opts, targets):
     """grpc_bench's cases (h2load) for the given targets."""
-    args = bench_args(grpc_bench, opts, targets)
+    args = bench_args(grpc_bench, opts, [t for t in targets if t not in peers.HTTP_ONLY])
     return run_load_group("grpc", args, grpc_bench.spec(args))
 
 
@@ -177,6 +189,35 @@ def group_shm(opts, targets):
     args = bench_args(shm_bench, opts, ["ours"])
     args.max_requests = opts.shm_max_requests
     return run_load_group("shm", args, shm_bench.spec(args))
+
+
+def group_memory(opts, targets):
+    """memory_bench for ours: models, idle connections, growth over requests (smaller counts with --quick)."""
+    args = memory_bench.parse(["--targets", "ours"] + (["--quick"] if opts.quick else []))
+    args.ready_timeout, args.venvs, args.python = max(opts.ready_timeout, 300), opts.venvs, opts.python
+    args.keep_workdir = opts.keep_workdir
+    return memory_bench.run(args)
+
+
+COST_LINE = r"^(\w+)(?: \(.*\))?: (\d+)k instructions per (gRPC|REST v2) request"
+
+
+def group_cost(opts, targets):
+    """call_cost.py --server for bare and ours, gRPC then REST v2: thousands of instructions per request."""
+    out = {}
+    for proto, extra in (("grpc", []), ("rest", ["--rest"])):
+        cmd = [opts.python, os.path.join(HERE, "call_cost.py"), "--server", "--targets", "bare,ours",
+               "--warmup", str(opts.cost_requests), "--requests", str(opts.cost_requests)] + extra
+        done = benchlib.run_bounded(cmd, timeout=1800)
+        if done is None:
+            out[proto] = {"error": "call_cost.py did not finish within 1800 s"}
+            continue
+        rc, stdout, stderr = done
+        found = {m.group(1): int(m.group(2)) for m in re.finditer(COST_LINE, stdout, re.M)}
+        out[proto] = {"kinstr": found} if rc == 0 and found else \
+            {"error": f"call_cost.py rc={rc}: {(stdout + stderr).strip()[-300:]}"}
+        print(f"  .. cost {proto}: {out[proto]}", flush=True)
+    return {"requests": opts.cost_requests, **out}
 
 
 # --------------------------------------------------------------------------- startup
@@ -256,8 +297,8 @@ def machine_info(opts):
         "kserve_sdk_uncommitted_changes": bool(dirty),
         "kserve": benchlib.venv_version(venv_py.format("kserve"), "kserve")
         if os.path.exists(venv_py.format("kserve")) else None,
-        "mlserver": benchlib.venv_version(venv_py.format("mlserver"), "mlserver")
-        if os.path.exists(venv_py.format("mlserver")) else None,
+        **{name: benchlib.venv_version(venv_py.format(name), name) if os.path.exists(venv_py.format(name))
+           else None for name in ("mlserver", "litserve", "bentoml")},
         "numpy": benchlib.venv_version(opts.python, "numpy"),
         "tritonclient": benchlib.venv_version(opts.python, "tritonclient"),
         "wrk": (command_output(["wrk", "-v"]) or "").split(" Copyright")[0] or None, "h2load": command_output(["h2load", "--version"]),
@@ -276,12 +317,13 @@ def write_results(opts, results):
 
 
 GROUP_RUNNERS = {"http": group_http, "grpc": group_grpc, "stream": group_stream, "batch": group_batch,
-                 "workers": group_workers, "startup": group_startup, "shm": group_shm}
+                 "workers": group_workers, "startup": group_startup, "shm": group_shm,
+                 "memory": group_memory, "cost": group_cost}
 
 
 def needs_ours(group):
     """Groups that measure kserve_sdk alone."""
-    return group in ("batch", "workers", "shm")
+    return group in ("batch", "workers", "shm", "memory", "cost")
 
 
 def run_groups(opts, results):

@@ -11,6 +11,8 @@ VENVS="${BENCH_VENVS:-/tmp/bench-venvs}"
 PY="${PYTHON:-python3.11}"
 KSERVE_VERSION="${KSERVE_VERSION:-0.21.0}"
 MLSERVER_VERSION="${MLSERVER_VERSION:-1.7.1}"
+LITSERVE_VERSION="${LITSERVE_VERSION:-0.2.19}"
+BENTOML_VERSION="${BENTOML_VERSION:-1.4.40}"
 PY_SPY_VERSION="${PY_SPY_VERSION:-0.4.3}"
 
 mkdir -p "$VENVS"
@@ -43,6 +45,8 @@ PY
 
 make_venv kserve kserve "$KSERVE_VERSION"
 make_venv mlserver mlserver "$MLSERVER_VERSION"
+make_venv litserve litserve "$LITSERVE_VERSION"     # the peers users pick instead (issue 21)
+make_venv bentoml bentoml "$BENTOML_VERSION"
 
 # add_to_venv NAME PKG...: what runtime_bench.py's peers need beside the server: KServe's sklearnserver
 # (run from a KServe source tree) imports kserve_storage, joblib and pandas; both load the model file that
@@ -57,6 +61,8 @@ add_to_venv() {
 }
 add_to_venv kserve "kserve-storage==$KSERVE_VERSION" scikit-learn==1.9.1 "joblib>=1.4" "pandas>=2.2"
 add_to_venv mlserver "mlserver-sklearn==$MLSERVER_VERSION" scikit-learn==1.9.1
+add_to_venv litserve numpy                    # the add-one model of litserve_server.py and bentoml_addone/
+add_to_venv bentoml numpy
 make_venv tools py-spy "$PY_SPY_VERSION"      # profile.py's sampler, a binary in a wheel
 
 exit $status

@@ -8,6 +8,8 @@ Targets (free 127.0.0.1 ports, HTTP and gRPC both on, stopped by process group a
   ours      hack/bench/stream_model.py (kserve_sdk): an async-generator predict
   mlserver  mlserver start <copy of hack/bench/mlserver_stream> (MLModel.predict_stream),
             parallel_workers 0, from the venv of setup_peers.sh
+  litserve  hack/bench/litserve_server.py --api stream (LitAPI(stream=True)), in the sse-stream cells:
+            POST /predict answered with newline-delimited JSON, its own streaming format
 All answer the INT32 tensor [start, count] with `count` responses y = start, start + 1, ... (no
 sleeps). The load is stream_client.py in its own process: `conc` asyncio workers opening one stream
 after another for --duration s. Every stream must deliver exactly --count responses with the right
@@ -24,9 +26,10 @@ import benchlib
 from benchlib import HERE, HOST, Case, LoadResult
 
 MODEL = "stream"
-TARGETS = ["bare", "ours", "mlserver"]
+TARGETS = ["bare", "ours", "mlserver", "litserve"]
 #: The bare server streams over gRPC only: an SSE ceiling would measure how often it chose to flush.
 BARE_SSE = "the ceiling is measured on gRPC only (an SSE one would measure its own flush policy)"
+NO_GRPC = "LitServe streams over HTTP only"
 COUNT = 1000
 CASES = [
     Case("sse-stream", 1, "sse", COUNT),
@@ -40,9 +43,10 @@ def make_targets(names, args, workdir):
     bad = [n for n in names if n not in TARGETS]
     if bad:
         raise SystemExit(f"stream_bench serves only {', '.join(TARGETS)}, not {', '.join(bad)}")
-    return benchlib.build_targets(names, args, workdir, "both", {"bare": {"sse-stream": BARE_SSE}},
-                                  model=MODEL, model_script="stream_model.py", mlserver_dir="mlserver_stream",
-                                  bare_proto="grpc")
+    unsupported = {"bare": {"sse-stream": BARE_SSE}, "litserve": {"grpc-stream": NO_GRPC}}
+    return benchlib.build_targets(names, args, workdir, "both", unsupported, model=MODEL,
+                                  model_script="stream_model.py", mlserver_dir="mlserver_stream",
+                                  bare_proto="grpc", peer_api="stream")
 
 
 def run_client(args, target, case, *extra, timeout):

@@ -9,7 +9,9 @@ A stream asks for `count` responses with the INT32 tensor [start, count] (start 
 and is correct when exactly `count` responses arrive holding start, start + 1, ... in order.
   sse   POST /v2/models/<m>/generate_stream, HTTP/1.1 on a raw asyncio socket (one keep-alive
         connection per worker, Accept-Encoding: identity), chunked or length-delimited bodies,
-        events split on a blank line, each `data:` line parsed as a v2 JSON response.
+        events split on a blank line, each `data:` line parsed as a v2 JSON response. With
+        --server litserve: POST /predict {"start", "count"} on the same socket, the body being
+        LitServe's stream, one JSON object {"y": ...} per line.
   grpc  inference.GRPCInferenceService/ModelStreamInfer on one grpc.aio channel, the request
         pre-serialized (tritonclient's ModelInferRequest, raw_input_contents), answers decoded as
         ModelStreamInferResponse (ours, Triton's proto) or ModelInferResponse (MLServer's proto).
@@ -42,8 +44,9 @@ def expect(values, start, count):
 # --------------------------------------------------------------------------- SSE
 
 class SSEConnection:
-    def __init__(self, host, port, model):
+    def __init__(self, host, port, model, lines=False):
         self.host, self.port, self.model = host, port, model
+        self.lines = lines          # LitServe: a JSON object per line instead of SSE events
         self.reader = self.writer = None
 
     async def close(self):
@@ -59,11 +62,15 @@ class SSEConnection:
         """Returns (values, ttfr seconds)."""
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        body = orjson.dumps({"id": f"s{sid}", "inputs": [{"name": "x", "shape": [2], "datatype": "INT32",
-                                                          "data": [start, count]}]})
+        if self.lines:
+            path, body = "/predict", orjson.dumps({"start": start, "count": count})
+        else:
+            path = f"/v2/models/{self.model}/generate_stream"
+            body = orjson.dumps({"id": f"s{sid}", "inputs": [{"name": "x", "shape": [2], "datatype": "INT32",
+                                                              "data": [start, count]}]})
         t0 = time.perf_counter()
         self.writer.write(
-            f"POST /v2/models/{self.model}/generate_stream HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
             f"Content-Type: application/json\r\nAccept: text/event-stream\r\nAccept-Encoding: identity\r\n"
             f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
         head = await self.reader.readuntil(b"\r\n\r\n")
@@ -76,6 +83,15 @@ class SSEConnection:
         def feed(data):
             nonlocal buf, ttfr
             buf += data
+            while self.lines:
+                end = buf.find(b"\n")
+                if end < 0:
+                    return
+                line, buf = buf[:end], buf[end + 1:]
+                if line.strip():
+                    if ttfr is None:
+                        ttfr = time.perf_counter() - t0
+                    values.append(orjson.loads(line)["y"])
             while True:
                 end = buf.find(b"\n\n")
                 if end < 0:
@@ -173,7 +189,8 @@ async def run(args):
     deadline = t_begin + args.duration if not args.streams else float("inf")
 
     async def worker():
-        conn = SSEConnection(args.host, args.port, args.model) if grpc_streams is None else grpc_streams
+        conn = SSEConnection(args.host, args.port, args.model, lines=args.server == "litserve") \
+            if grpc_streams is None else grpc_streams
         try:
             while started[0] < limit and time.perf_counter() < deadline:
                 sid = started[0]
@@ -217,8 +234,8 @@ async def run(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--proto", choices=["sse", "grpc"], required=True)
-    ap.add_argument("--server", choices=["bare", "ours", "mlserver"], required=True,
-                    help="which gRPC answer message to expect")
+    ap.add_argument("--server", choices=["bare", "ours", "mlserver", "litserve"], required=True,
+                    help="which gRPC answer message to expect; litserve: its own HTTP stream")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--model", default="stream")
