@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional
 
 import numpy as np
 
-from . import executor, metrics, statistics
+from . import executor, metrics, statistics, tracing
 from .errors import (DeadlineExceeded, InferenceError, InvalidInput, ModelError, ModelNotFound, ModelNotReady,
                      ServerBusy, ServerNotReady, is_untyped)
 from .lifecycle import Call, Timings, detached_timings, model_call_finished
@@ -22,6 +22,7 @@ from .model_repository import ModelRepository
 from .protocol.infer_type import InferRequest, InferResponse
 from .protocol.tensor import Tensor, in_shared_memory
 from .shared_memory import SharedMemoryRegistry, uses_shared_memory
+from .tracing.settings import validated as validated_trace_settings
 from .utils.utils import get_predict_response
 
 try:
@@ -32,7 +33,8 @@ except Exception:  # not installed as a distribution (e.g. run from a checkout)
     SERVER_VERSION = "0.1.0"
 
 SERVER_NAME = "kserve-sdk"
-SERVER_EXTENSIONS = ["model_repository_extension", "binary_tensor_data", "system_shared_memory", "statistics"]
+SERVER_EXTENSIONS = ["model_repository_extension", "binary_tensor_data", "system_shared_memory", "statistics",
+                     "trace"]
 
 #: Model names longer than this are refused (400) unless a model is registered under them.
 MAX_MODEL_NAME_LENGTH = 256
@@ -388,6 +390,8 @@ class DataPlane:
             metrics.stream_finished(model_name, protocol, count, first)
             elapsed = time.perf_counter() - start
             timings.executions += 1  # one streaming predict, however many responses
+            if timings.traced:  # the stream's span counts its chunks
+                timings.chunks = count
             timings.setdefault("predict_ms", elapsed * 1000)
             model_call_finished(model_name, timings, int(elapsed * 1e9), not failed, headers,
                                 self.enable_latency_logging)
@@ -487,6 +491,27 @@ class DataPlane:
             self.shared_memory.register(name, args["key"], args["offset"], args["byte_size"])
         elif op == "shm_unregister":
             self.shared_memory.unregister(name)
+        elif op == "trace_settings":
+            tracing.settings.set_scope(name, args["scope"])
+
+    # --- trace settings (Triton's trace extension) --------------------------------------------------
+    def trace_settings(self, model_name: str = "") -> Dict[str, Any]:
+        """The trace settings in force for ``model_name`` (the global ones for "")."""
+        if model_name:
+            self.get_model(model_name)
+        return tracing.settings.view(model_name)
+
+    async def update_trace_settings(self, model_name: str, update: Any) -> Dict[str, Any]:
+        """Change the trace settings of ``model_name`` (the global ones for "") in every worker; InvalidInput
+        names a bad setting. Returns the settings now in force."""
+        if model_name:
+            self.get_model(model_name)
+        settings = tracing.settings
+        scope = settings.updated(model_name, validated_trace_settings(update, settings.tracing_on))
+        settings.set_scope(model_name, scope)
+        if self.share_change is not None:
+            await self.share_change("trace_settings", model_name, {"scope": scope})
+        return settings.view(model_name)
 
     # --- system shared memory -----------------------------------------------------------------------
     async def register_shared_memory(self, name: str, key: str, offset: int, byte_size: int) -> None:

@@ -20,11 +20,20 @@ from ..protocol.grpc.grpc_predict_v2_pb2_grpc import (
     GRPCInferenceServiceServicer, add_GRPCInferenceServiceServicer_to_server,
 )
 from ..protocol.infer_type import InferRequest, InferResponse
+from ..tracing import answer_traceparent
+from .trace_setting import settings_to_grpc, update_from_grpc
+
+
+def call_metadata(call: Call) -> Tuple[Tuple[str, str], ...]:
+    """The trailing metadata naming the call: its request id and, when it is traced, its traceparent."""
+    if call.span is not None and (traceparent := answer_traceparent(call)):
+        return (("x-request-id", call.request_id), ("traceparent", traceparent))
+    return (("x-request-id", call.request_id),)
 
 
 def error_metadata(call: Call, failure: Failure) -> Tuple[Tuple[str, str], ...]:
-    """The trailing metadata of an error answer: the call's request id and, for a busy server, Retry-After."""
-    request_id = (("x-request-id", call.request_id),)
+    """The trailing metadata of an error answer: the call's ids and, for a busy server, Retry-After."""
+    request_id = call_metadata(call)
     return request_id if failure.retry_after is None else (*request_id, ("retry-after", str(failure.retry_after)))
 
 
@@ -149,7 +158,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         infer_request = infer_request_from_grpc(InferRequest, request)
         response, response_headers = await self.dataplane.infer(request.model_name, infer_request, call.headers,
                                                                 model, call)
-        request_id = (("x-request-id", call.request_id),)
+        request_id = call_metadata(call)
         context.set_trailing_metadata(request_id if not response_headers else
                                       (*((k.lower(), str(v)) for k, v in response_headers.items()), *request_id))
         return to_infer_response_message(response, request.model_name)
@@ -200,6 +209,13 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         items = self.dataplane.stream_in(first.model_name, decoded(), headers, call=call)
         return _within(call, (_stream_message(item, first) async for item in items),
                        lambda message: pb.ModelStreamInferResponse(error_message=message))
+
+    @answers_errors
+    async def TraceSetting(self, request, context, call):
+        update = update_from_grpc(request)
+        settings = await self.dataplane.update_trace_settings(request.model_name, update) if update else \
+            self.dataplane.trace_settings(request.model_name)
+        return settings_to_grpc(settings, pb.TraceSettingResponse())
 
     @answers_errors
     async def RepositoryIndex(self, request, context, call):
