@@ -158,7 +158,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         infer_request = infer_request_from_grpc(InferRequest, request)
         response, response_headers = await self.dataplane.infer(request.model_name, infer_request, call.headers,
                                                                 model, call)
-        request_id = call_metadata(call)
+        request_id = (("x-request-id", call.request_id),) if call.span is None else call_metadata(call)
         context.set_trailing_metadata(request_id if not response_headers else
                                       (*((k.lower(), str(v)) for k, v in response_headers.items()), *request_id))
         return to_infer_response_message(response, request.model_name)
