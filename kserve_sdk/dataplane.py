@@ -125,6 +125,15 @@ class DataPlane:
         # Set by the server with --workers N: called after a local change (model load/unload, shared-memory
         # registration) as (op, name, args) to pass it to every worker, which apply it with apply_change.
         self.share_change: Optional[Callable[[str, str, Dict[str, Any]], Awaitable[None]]] = None
+        #: op -> what applies it here as ``apply(name, args)`` (a coroutine function or a plain one);
+        #: a feature that shares its changes between workers adds its op with :meth:`on_change`.
+        self._change_appliers: Dict[str, Callable[[str, Dict[str, Any]], Any]] = {
+            "load": lambda name, args: self.load_here(name),
+            "unload": lambda name, args: self.unload_here(name),
+            "shm_register": lambda name, args: self.shared_memory.register(
+                name, args["key"], args["offset"], args["byte_size"]),
+            "shm_unregister": lambda name, args: self.shared_memory.unregister(name),
+        }
 
     # --- request lifecycle ------------------------------------------------------------------------
     def begin_request(self, model_name: str) -> None:
@@ -477,16 +486,17 @@ class DataPlane:
         finally:
             self._unloading.discard(name)
 
+    def on_change(self, op: str, apply: Callable[[str, Dict[str, Any]], Any]) -> None:
+        """Apply the changes ``op`` that other workers share (``share_change(op, name, args)``) by calling
+        ``apply(name, args)`` here; it may be a coroutine function."""
+        self._change_appliers[op] = apply
+
     async def apply_change(self, op: str, name: str, args: Dict[str, Any]) -> None:
-        """Apply a change another worker made (see ``share_change``) in this process."""
-        if op == "load":
-            await self.load_here(name)
-        elif op == "unload":
-            await self.unload_here(name)
-        elif op == "shm_register":
-            self.shared_memory.register(name, args["key"], args["offset"], args["byte_size"])
-        elif op == "shm_unregister":
-            self.shared_memory.unregister(name)
+        """Apply a change another worker made (see ``share_change``) in this process; an op nothing
+        registered is ignored."""
+        apply = self._change_appliers.get(op)
+        if apply is not None:
+            await _maybe_await(apply(name, args))
 
     # --- system shared memory -----------------------------------------------------------------------
     async def register_shared_memory(self, name: str, key: str, offset: int, byte_size: int) -> None:
