@@ -13,11 +13,12 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional
 
 import numpy as np
 
-from . import executor, metrics, statistics
+from . import executor, log_settings, metrics, statistics
 from .errors import (DeadlineExceeded, InferenceError, InvalidInput, ModelError, ModelNotFound, ModelNotReady,
                      ServerBusy, ServerNotReady, is_untyped)
 from .lifecycle import Call, Timings, detached_timings, model_call_finished
 from .model import InferenceModel, InferenceVerb, Model
+from .model_config import triton_config
 from .model_repository import ModelRepository
 from .protocol.infer_type import InferRequest, InferResponse
 from .protocol.tensor import Tensor, in_shared_memory
@@ -32,7 +33,8 @@ except Exception:  # not installed as a distribution (e.g. run from a checkout)
     SERVER_VERSION = "0.1.0"
 
 SERVER_NAME = "kserve-sdk"
-SERVER_EXTENSIONS = ["model_repository_extension", "binary_tensor_data", "system_shared_memory", "statistics"]
+SERVER_EXTENSIONS = ["model_repository_extension", "binary_tensor_data", "system_shared_memory", "statistics",
+                     "logging", "model_configuration"]
 
 #: Model names longer than this are refused (400) unless a model is registered under them.
 MAX_MODEL_NAME_LENGTH = 256
@@ -133,6 +135,7 @@ class DataPlane:
             "shm_register": lambda name, args: self.shared_memory.register(
                 name, args["key"], args["offset"], args["byte_size"]),
             "shm_unregister": lambda name, args: self.shared_memory.unregister(name),
+            "log_settings": lambda name, args: log_settings.apply(args),
         }
 
     # --- request lifecycle ------------------------------------------------------------------------
@@ -240,6 +243,28 @@ class DataPlane:
             "inputs": await _maybe_await(model.get_input_types()),
             "outputs": await _maybe_await(model.get_output_types()),
         }
+
+    async def model_config(self, name: str, version: Optional[str] = None) -> Dict[str, Any]:
+        """Triton's model configuration of the named model (see :mod:`kserve_sdk.model_config`)."""
+        model = self.get_model(name)
+        return triton_config(name, await _maybe_await(model.get_input_types()),
+                             await _maybe_await(model.get_output_types()), getattr(model, "max_batch_size", None),
+                             getattr(model, "max_latency_ms", 0.0))
+
+    # --- Triton's logging extension -----------------------------------------------------------------
+    @staticmethod
+    def log_settings() -> Dict[str, Any]:
+        """The log settings in force (see :mod:`kserve_sdk.log_settings`)."""
+        return log_settings.current()
+
+    async def update_log_settings(self, changes: Any) -> Dict[str, Any]:
+        """Check ``changes`` (InvalidInput names a wrong one), apply them here, then in every worker;
+        returns every setting now in force."""
+        checked = log_settings.checked(changes)
+        settings = log_settings.apply(checked)
+        if self.share_change is not None:
+            await self.share_change("log_settings", "", checked)
+        return settings
 
     def model_statistics(self, name: str = "", version: str = "") -> Dict[str, List[Dict[str, Any]]]:
         """Triton's statistics for one model (every served model when ``name`` is empty), summed over workers:
