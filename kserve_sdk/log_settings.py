@@ -20,8 +20,11 @@ _MAX_VERBOSE = 2 ** 32 - 1  # Triton's uint32
 LOGGERS = (KSERVE_LOGGER_NAME, KSERVE_TRACE_LOGGER_NAME, ACCESS_LOGGER_NAME, "tornado.application",
            "tornado.general")
 
+_LEVEL_SETTINGS = ("log_info", "log_warning", "log_error", "log_verbose_level")
+
 _current: Optional[Dict[str, Any]] = None  # None until first needed: then what the loggers' levels say
 _startup: Dict[str, Any] = {}  # what a setting sent as null goes back to
+_startup_levels: Dict[str, int] = {}  # each logger's own level then (a log config may give them different ones)
 
 
 def current() -> Dict[str, Any]:
@@ -30,6 +33,7 @@ def current() -> Dict[str, Any]:
     if _current is None:
         _current = _from_loggers()
         _startup.update(_current)
+        _startup_levels.update({name: logging.getLogger(name).level for name in LOGGERS})
     return dict(_current)
 
 
@@ -85,19 +89,27 @@ def apply(changes: Dict[str, Any]) -> Dict[str, Any]:
     global _current
     settings = {**current(), **changes}
     _current = settings
-    threshold, level_filter = _levels(settings)
+    _set_levels(settings)
     for name in LOGGERS:
-        target = logging.getLogger(name)
-        target.setLevel(threshold)
-        for old in [f for f in target.filters if isinstance(f, _ToggleFilter)]:
-            target.removeFilter(old)
-        if level_filter is not None:
-            target.addFilter(level_filter)
-        for handler in target.handlers:
+        for handler in logging.getLogger(name).handlers:
             if isinstance(handler.formatter, Formatter):
                 handler.formatter.use_iso8601(settings["log_format"] == "ISO8601")
     logger.info("log settings now %s", settings)
     return dict(settings)
+
+
+def _set_levels(settings: Dict[str, Any]) -> None:
+    """Give the loggers the levels the settings ask for; while those are the start-up ones, each logger has
+    its own start-up level again (a change of log_format alone leaves the levels as they were)."""
+    as_at_start = all(settings[key] == _startup[key] for key in _LEVEL_SETTINGS)
+    threshold, level_filter = _levels(settings)
+    for name in LOGGERS:
+        target = logging.getLogger(name)
+        target.setLevel(_startup_levels[name] if as_at_start else threshold)
+        for old in [f for f in target.filters if isinstance(f, _ToggleFilter)]:
+            target.removeFilter(old)
+        if level_filter is not None:
+            target.addFilter(level_filter)
 
 
 def _levels(settings: Dict[str, Any]):

@@ -404,3 +404,26 @@ def test_a_replaced_worker_takes_the_settings_in_force(workers):
     new = applied_by(workers, mark, "'log_format': 'ISO8601'") - set(old)
     assert len(new) == 1, log_after(workers, mark)  # it replayed the change at start
     client.update_log_settings({"log_format": "default"})
+
+
+# --- a log config of one's own ------------------------------------------------------------------------
+def test_settings_back_as_at_start_up_give_each_logger_its_own_level_again(start_server, tmp_path):
+    """A log config that silences the access lines: changing log_format alone keeps them off, and so do
+    verbose level 1 and back, since each logger gets its own start-up level again."""
+    config = {"version": 1, "disable_existing_loggers": False,
+              "formatters": {"plain": {"()": "kserve_sdk.logging.Formatter", "fmt": "%(asctime)s %(name)s %(message)s"}},
+              "handlers": {"out": {"class": "logging.StreamHandler", "formatter": "plain", "stream": "ext://sys.stdout"}},
+              "loggers": {name: {"handlers": ["out"], "level": level, "propagate": False} for name, level in
+                          [("kserve", "INFO"), ("kserve.trace", "INFO"), ("tornado.access", "WARNING")]}}
+    path = tmp_path / "log_config.json"
+    path.write_text(json.dumps(config))
+    server = start_server(SCRIPT, "--log_config_file", str(path))
+    client = http_client(server)
+    for change in ({"log_format": "ISO8601"}, {"log_verbose_level": 1}, {"log_verbose_level": 0}):
+        client.update_log_settings(change)
+        mark = len(server.log())
+        predict_logged(server)
+        lines = log_after(server, mark)
+        assert "kserve.trace" in lines and ("predict-debug" in lines) == (change.get("log_verbose_level") == 1)
+        assert ("tornado.access" in lines) == (change.get("log_verbose_level") == 1), (change, lines)
+    assert re.search(r"\d\d:\d\d\.\d{3}Z kserve predict-info", lines), lines  # ISO 8601 in the config's format
