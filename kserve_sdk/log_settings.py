@@ -38,10 +38,11 @@ def current() -> Dict[str, Any]:
 
 
 def _from_loggers() -> Dict[str, Any]:
-    """The settings that the ``kserve`` logger's level (``KSERVE_LOGLEVEL``, a log config) amounts to."""
+    """The settings that the ``kserve`` logger's level (``KSERVE_LOGLEVEL``, a log config) amounts to (the
+    verbose level as :func:`_levels` maps it: DEBUG is 1)."""
     level = logging.getLogger(KSERVE_LOGGER_NAME).getEffectiveLevel()
     return {"log_file": "", "log_info": level <= logging.INFO, "log_warning": level <= logging.WARNING,
-            "log_error": level <= logging.ERROR, "log_verbose_level": int(level <= logging.DEBUG),
+            "log_error": level <= logging.ERROR, "log_verbose_level": max(0, logging.DEBUG + 1 - level),
             "log_format": "default"}
 
 
@@ -77,7 +78,7 @@ def _checked_value(key: str, value: Any) -> Any:
             raise InvalidInput(f"log setting 'log_verbose_level' must be an integer from 0 to {_MAX_VERBOSE}, "
                                f"got {value!r}")
     elif key == "log_format":
-        if value not in FORMATS or not isinstance(value, str):
+        if not isinstance(value, str) or value not in FORMATS:
             raise InvalidInput(f"log setting 'log_format' must be one of {', '.join(FORMATS)}, got {value!r}")
     elif type(value) is not bool:
         raise InvalidInput(f"log setting {key!r} must be true or false, got {value!r}")

@@ -427,3 +427,18 @@ def test_settings_back_as_at_start_up_give_each_logger_its_own_level_again(start
         assert "kserve.trace" in lines and ("predict-debug" in lines) == (change.get("log_verbose_level") == 1)
         assert ("tornado.access" in lines) == (change.get("log_verbose_level") == 1), (change, lines)
     assert re.search(r"\d\d:\d\d\.\d{3}Z kserve predict-info", lines), lines  # ISO 8601 in the config's format
+
+
+def test_the_settings_at_start_up_say_what_kserve_loglevel_set(start_server):
+    server = start_server(SCRIPT, env={"KSERVE_LOGLEVEL": "WARNING"}, grpc=False)
+    client = http_client(server)
+    assert client.get_log_settings() == {**DEFAULTS, "log_info": False}
+    mark = len(server.log())
+    pid = predict(server)
+    lines = log_after(server, mark)
+    assert f"predict-warning of plain in {pid}" in lines and "predict-info" not in lines
+    assert client.update_log_settings({"log_info": True})["log_info"] is True
+    mark = len(server.log())
+    pid = predict(server)
+    assert f"predict-info of plain in {pid}" in log_after(server, mark)
+    assert client.update_log_settings({"log_info": None})["log_info"] is False  # back to WARNING
