@@ -16,6 +16,7 @@ from ..errors import InferenceError, InvalidInput
 from ..lifecycle import Call, Failure, take_request_id
 from ..protocol.grpc import grpc_predict_v2_pb2 as pb
 from ..protocol.grpc.convert import Undecodable, infer_request_from_grpc, infer_response_to_grpc, tolerant_parser
+from ..protocol.grpc.convert import log_settings_response, model_config_response, parameters_to_dict
 from ..protocol.grpc.grpc_predict_v2_pb2_grpc import (
     GRPCInferenceServiceServicer, add_GRPCInferenceServiceServicer_to_server,
 )
@@ -255,6 +256,17 @@ class InferenceServicer(GRPCInferenceServiceServicer):
     async def SystemSharedMemoryUnregister(self, request, context, call):
         await self.dataplane.unregister_shared_memory(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
+
+    # Triton's logging and model configuration extensions (the logic: log_settings.py, model_config.py)
+    @answers_errors
+    async def LogSettings(self, request, context, call):
+        changes = parameters_to_dict(request.settings)  # an empty request reads the settings
+        return log_settings_response(self.dataplane.log_settings() if changes is None else
+                                     await self.dataplane.update_log_settings(changes))
+
+    @answers_errors
+    async def ModelConfig(self, request, context, call):
+        return model_config_response(await self.dataplane.model_config(request.name, request.version or None))
 
 
 class _TolerantRegistration:
