@@ -72,6 +72,10 @@ class Collector(trace_service_pb2_grpc.TraceServiceServicer):
         with self.lock:
             return [s for s in self.spans if s.trace_id == trace_id]
 
+    def server_span_of(self, trace_id: str) -> List[Span]:
+        """The server spans of the trace: a call's last span to end (its stage spans end before it)."""
+        return [s for s in self.of(trace_id) if s.kind == SERVER]
+
     def wait(self, found: Callable[[], object], timeout: float = 30.0):
         """``found()``'s first truthy value, polled until ``timeout`` s (export runs every 50 ms)."""
         deadline = time.monotonic() + timeout
@@ -121,7 +125,7 @@ def marker(collector: Collector, server) -> None:
     """A traced call to ``other``, waited for: the spans of every call answered before it are exported."""
     trace_id, _, traceparent = new_trace()
     assert post_json(server.http_port, "/v1/models/other:predict", {"instances": [1]}, {"traceparent": traceparent})[0] == 200
-    collector.wait(lambda: collector.of(trace_id))
+    collector.wait(lambda: collector.server_span_of(trace_id))
 
 
 def server_span(spans: List[Span]) -> Span:
@@ -129,38 +133,53 @@ def server_span(spans: List[Span]) -> Span:
     return span
 
 
-def test_transformer_to_predictor_is_one_trace(start_server, collector):
-    predictor = start_server("samples/custom_model/model.py", "--model_name", "iris", grpc=False,
+# predictor protocol -> the transformer's script, the client's request, its answer, the spans' names
+_FORWARDING = {
+    "v1": ("samples/transformer/model.py", "/v1/models/iris:predict", {"instances": [SETOSA_MM]},
+           {"predictions": ["setosa"]}, ("rest_v1", "predict", "200"), ("rest_v1", "predict", "200")),
+    "grpc-v2": ("tests/models/grpc_transformer.py", "/v2/models/iris/infer",
+                {"inputs": [{"name": "measurements_mm", "datatype": "FP32", "shape": [1, 4],
+                             "data": list(SETOSA_MM.values())}]},
+                None, ("rest_v2", "infer", "200"), ("grpc", "ModelInfer", "OK")),
+}
+
+
+@pytest.mark.parametrize("protocol", ["v1", "grpc-v2"])
+def test_transformer_to_predictor_is_one_trace(start_server, collector, protocol):
+    script, path, doc, answer, front_labels, back_labels = _FORWARDING[protocol]
+    predictor = start_server("samples/custom_model/model.py", "--model_name", "iris", grpc=protocol == "grpc-v2",
                              env=otel_env(collector, "predictor"))
-    transformer = start_server("samples/transformer/model.py", "--model_name", "iris", "--predictor_host",
-                               f"127.0.0.1:{predictor.http_port}", "--predictor_protocol", "v1", grpc=False,
-                               env=otel_env(collector, "transformer"))
+    port = predictor.grpc_port if protocol == "grpc-v2" else predictor.http_port
+    transformer = start_server(script, "--model_name", "iris", "--predictor_host", f"127.0.0.1:{port}",
+                               "--predictor_protocol", protocol, grpc=False, env=otel_env(collector, "transformer"))
     trace_id, client_span, traceparent = new_trace()
-    status, headers, body = post_json(transformer.http_port, "/v1/models/iris:predict", {"instances": [SETOSA_MM]},
+    status, headers, body = post_json(transformer.http_port, path, doc,
                                       {"traceparent": traceparent, "x-request-id": "traced-1"})
-    assert (status, body) == (200, {"predictions": ["setosa"]})
+    assert status == 200 and (answer is None or body == answer), body
     assert headers["traceparent"].startswith(f"00-{trace_id}-")  # the answer names the transformer's span
 
-    def complete():
+    expected = {(service, name) for service, labels in (("transformer", front_labels), ("predictor", back_labels))
+                for name in (" ".join(labels[:2]), "preprocess", "predict", "postprocess")}
+    expected.add(("transformer", f"forward {protocol}"))
+
+    def complete():  # every span of both services has arrived
         spans = collector.of(trace_id)
-        names = {(s.resource["service.name"], s.name) for s in spans}
-        stages = {("predictor", n) for n in ("preprocess", "predict", "postprocess")}
-        return spans if stages <= names and ("transformer", "forward v1") in names else None
+        return spans if expected <= {(s.resource["service.name"], s.name) for s in spans} else None
 
     spans = collector.wait(complete)
     by_service = {service: [s for s in spans if s.resource["service.name"] == service]
                   for service in ("transformer", "predictor")}
-    front = server_span(by_service["transformer"])
-    assert front.parent == client_span and front.name == "rest_v1 predict"
+    front, back = server_span(by_service["transformer"]), server_span(by_service["predictor"])
+    assert front.parent == client_span and front.name == " ".join(front_labels[:2])
     assert headers["traceparent"] == f"00-{trace_id}-{front.span_id}-01"
-    for span in (front, server_span(by_service["predictor"])):
-        assert span.attributes == {"kserve.protocol": "rest_v1", "kserve.endpoint": "predict",
+    for span, (kind, endpoint, code) in ((front, front_labels), (back, back_labels)):
+        assert span.attributes == {"kserve.protocol": kind, "kserve.endpoint": endpoint,
                                    "kserve.request_id": "traced-1", "kserve.model_name": "iris",
-                                   "kserve.status": "200"}
+                                   "kserve.status": code}
     (forward,) = [s for s in by_service["transformer"] if s.kind == CLIENT]
-    assert forward.parent == front.span_id and forward.attributes["server.address"] == f"127.0.0.1:{predictor.http_port}"
-    assert server_span(by_service["predictor"]).parent == forward.span_id
-    for service, server in ((name, server_span(found)) for name, found in by_service.items()):
+    assert forward.parent == front.span_id and forward.attributes["server.address"] == f"127.0.0.1:{port}"
+    assert back.parent == forward.span_id
+    for service, server in (("transformer", front), ("predictor", back)):
         stages = sorted((s for s in by_service[service] if s.parent == server.span_id and s.kind != CLIENT),
                         key=lambda s: ["preprocess", "predict", "postprocess"].index(s.name))
         assert [s.name for s in stages] == ["preprocess", "predict", "postprocess"], service
@@ -186,7 +205,7 @@ def test_a_failed_call_is_an_error_span_with_its_message(traced, collector):
     status, headers, body = post_json(traced.http_port, "/v2/models/echo/infer", {"inputs": 5},
                                       {"traceparent": traceparent})
     assert status == 400 and headers["traceparent"].startswith(f"00-{trace_id}-")
-    span = server_span(collector.wait(lambda: collector.of(trace_id)))
+    (span,) = collector.wait(lambda: collector.server_span_of(trace_id))
     assert span.attributes["kserve.status"] == "400" and span.events == ["exception"]
     assert span.attributes["kserve.error"] == body["error"]
 
@@ -342,7 +361,7 @@ def test_two_workers_export_and_share_trace_settings(start_server, collector):
         assert post_json(server.http_port, "/v1/models/echo:predict", {"instances": [1]},
                          {"traceparent": traceparent})[0] == 200
         if len(traces) % 10 == 0:
-            collector.wait(lambda: collector.of(trace_id))  # and so every call before it
+            collector.wait(lambda: collector.server_span_of(trace_id))  # and so every call before it
             if len(pids_of(traces)) == 2:
                 break
     pids = pids_of(traces)
@@ -358,7 +377,7 @@ def test_two_workers_export_and_share_trace_settings(start_server, collector):
         trace_id, _, traceparent = new_trace()
         markers.append(trace_id)
         post_json(server.http_port, "/v1/models/other:predict", {"instances": [1]}, {"traceparent": traceparent})
-        collector.wait(lambda: collector.of(trace_id))
+        collector.wait(lambda: collector.server_span_of(trace_id))
         if pids_of(markers) == pids:
             break
     assert pids_of(markers) == pids

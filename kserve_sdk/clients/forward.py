@@ -6,38 +6,27 @@ predictor share one trace.
 """
 from typing import Any, Dict, Optional
 
-from .. import tracing
 from ..predictor_config import PredictorConfig
+from ..tracing import forwarding
 from .pool import grpc_client, rest_client
 
 
 async def forward_predict(model: Any, config: PredictorConfig, payload: Any, headers: Dict[str, str],
                           response_headers: Optional[Dict[str, str]]) -> Any:
     """Send ``payload`` to the predictor in ``config`` and return its answer."""
-    spans = tracing.spans
-    if spans is None:
-        return await _send_predict(model, config, payload, headers, response_headers)
-    with spans.forwarding(headers, model.name, config.predictor_host, config.predictor_protocol):
-        return await _send_predict(model, config, payload, headers, response_headers)
-
-
-async def _send_predict(model: Any, config: PredictorConfig, payload: Any, headers: Dict[str, str],
-                        response_headers: Optional[Dict[str, str]]) -> Any:
-    if config.predictor_protocol == "grpc-v2":
-        client = grpc_client(config.predictor_host, config.predictor_use_ssl,
-                             config.predictor_request_timeout_seconds, config.predictor_request_retries)
-        return await client.infer(payload, headers=headers, model_name=model.name)
-    client = rest_client(config.predictor_protocol, config.predictor_request_timeout_seconds,
-                         config.predictor_request_retries)
-    return await client.infer(config.predictor_base_url, payload, model_name=model.name, headers=headers,
-                              response_headers=response_headers)
+    with forwarding(headers, model.name, config.predictor_host, config.predictor_protocol):
+        if config.predictor_protocol == "grpc-v2":
+            client = grpc_client(config.predictor_host, config.predictor_use_ssl,
+                                 config.predictor_request_timeout_seconds, config.predictor_request_retries)
+            return await client.infer(payload, headers=headers, model_name=model.name)
+        client = rest_client(config.predictor_protocol, config.predictor_request_timeout_seconds,
+                             config.predictor_request_retries)
+        return await client.infer(config.predictor_base_url, payload, model_name=model.name, headers=headers,
+                                  response_headers=response_headers)
 
 
 async def forward_explain(model: Any, payload: Any, headers: Dict[str, str]) -> Any:
     """Send ``payload`` to the model's ``explainer_host`` (v1 ``:explain``)."""
     client = rest_client("v1", 600, 0)
-    spans = tracing.spans
-    if spans is None:
-        return await client.explain(f"http://{model.explainer_host}", model.name, payload, headers=headers)
-    with spans.forwarding(headers, model.name, model.explainer_host, "v1"):
+    with forwarding(headers, model.name, model.explainer_host, "v1"):
         return await client.explain(f"http://{model.explainer_host}", model.name, payload, headers=headers)

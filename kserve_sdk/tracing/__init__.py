@@ -6,7 +6,8 @@ its provider in :func:`setup` and flushes it in :func:`shutdown`; :data:`spans` 
 makes a call's spans (spans.py). Triton's trace settings (settings.py) answer whether tracing is on or off.
 """
 import importlib
-from typing import Any, Optional
+from contextlib import nullcontext
+from typing import Any, ContextManager, Dict, Optional
 
 from ..logging import logger
 from .config import read_config
@@ -52,6 +53,12 @@ def setup() -> bool:
 def answer_traceparent(call: Any) -> Optional[str]:
     """The ``traceparent`` an answer to ``call`` echoes: its server span's; None for an untraced call."""
     return call.headers.get("traceparent") if call.span is not None else None
+
+
+def forwarding(headers: Dict[str, str], model_name: str, target: str, protocol: str) -> ContextManager[None]:
+    """Around forwarding a call to ``target`` (a predictor): its client span, whose ``traceparent`` goes into
+    ``headers``, while tracing is on; nothing while it is off."""
+    return nullcontext() if spans is None else spans.forwarding(headers, model_name, target, protocol)
 
 
 def shutdown() -> None:
