@@ -385,7 +385,8 @@ def test_two_workers_export_and_share_trace_settings(start_server, collector):
 
 
 def test_shutdown_exports_the_spans_still_buffered(start_server, collector):
-    server = start_server("tests/models/traced.py", grpc=False,
+    """With workers, which leave by os._exit (no atexit hooks): the server's stop flushes."""
+    server = start_server("tests/models/traced.py", "--workers", "2", grpc=False,
                           env=otel_env(collector, "stopping", OTEL_BSP_SCHEDULE_DELAY="600000"))
     trace_id, _, traceparent = new_trace()
     assert post_json(server.http_port, "/v1/models/echo:predict", {"instances": [1]}, {"traceparent": traceparent})[0] == 200
