@@ -42,7 +42,9 @@ class Timings(dict):
     # just making a dict (an __init__ of Python's would cost more than the rest of it).
     queue_s = 0.0
     executions = 0
-    traced = False  # set by tracing on a sampled call: the stages then note when they start ("started")
+    # Set by tracing on a sampled call; then the pipeline notes when it starts ("started"), the batcher the
+    # batch's size ("batch_size") and a stream its responses ("chunks"), for the call's spans.
+    traced = False
 
 
 def _new_prefix() -> str:

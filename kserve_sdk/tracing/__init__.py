@@ -3,7 +3,8 @@
 Off unless the environment asks for it (config.py): then nothing of OpenTelemetry is imported and a call
 pays one attribute check. On, each server process (every ``--workers`` worker, after its fork) sets up
 its provider in :func:`setup` and flushes it in :func:`shutdown`; :data:`spans` is then the module that
-makes a call's spans (spans.py). Triton's trace settings (settings.py) answer whether tracing is on or off.
+makes a call's spans (spans.py). Triton's trace settings (settings.py) are kept whether tracing is on or
+off, and decide, while it is on, which calls reach the sampler.
 """
 import importlib
 from contextlib import nullcontext
