@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from concurrent import futures
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Dict, List, NamedTuple
 
 import grpc
@@ -382,6 +383,42 @@ def test_two_workers_export_and_share_trace_settings(start_server, collector):
             break
     assert pids_of(markers) == pids
     assert not [t for t in off if collector.of(t)]
+
+
+def test_otlp_over_http_protobuf(start_server):
+    """OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf: the spans are POSTed to <endpoint>/v1/traces."""
+    received: List[trace_service_pb2.ExportTraceServiceRequest] = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            if self.path == "/v1/traces":
+                received.append(trace_service_pb2.ExportTraceServiceRequest.FromString(body))
+            answer = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+            self.send_response(200 if self.path == "/v1/traces" else 404)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args):
+            pass
+
+    receiver = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    try:
+        server = start_server("tests/models/traced.py", grpc=False, env={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.server_port}",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_BSP_SCHEDULE_DELAY": "50"})
+        trace_id, _, traceparent = new_trace()
+        assert post_json(server.http_port, "/v1/models/echo:predict", {"instances": [1]},
+                         {"traceparent": traceparent})[0] == 200
+        server.stop()
+        names = {(span.trace_id.hex(), span.name) for request in received for resource in request.resource_spans
+                 for scope in resource.scope_spans for span in scope.spans}
+        assert {(trace_id, n) for n in ("rest_v1 predict", "preprocess", "predict", "postprocess")} <= names
+    finally:
+        receiver.shutdown()
 
 
 def test_shutdown_exports_the_spans_still_buffered(start_server, collector):
