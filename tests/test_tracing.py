@@ -297,6 +297,23 @@ def test_trace_settings_through_tritonclient_http(traced, collector):
     client.close()
 
 
+def test_global_settings_count_calls_not_spans(traced, collector):
+    """trace_count 2 traces two calls whole (server and stage spans), then none: a call's other spans follow
+    its decision and do not count."""
+    doc = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}
+    assert post_json(traced.http_port, "/v2/trace/setting", {"trace_count": "2"})[0] == 200
+    traces = [new_trace() for _ in range(3)]
+    try:
+        for _, _, traceparent in traces:
+            assert post_json(traced.http_port, "/v2/models/batched/infer", doc, {"traceparent": traceparent})[0] == 200
+        assert json.loads(http_get(traced.url + "/v2/trace/setting")[1])["trace_count"] == "0"
+    finally:
+        assert post_json(traced.http_port, "/v2/trace/setting", {"trace_count": "-1"})[0] == 200
+    marker(collector, traced)
+    assert [sorted(s.name for s in collector.of(t)) for t, _, _ in traces] == [
+        ["postprocess", "predict", "preprocess", "rest_v2 infer"]] * 2 + [[]]
+
+
 @pytest.mark.parametrize("body, status, message", [
     (b'{"trace_foo": "1"}', 400, "unknown trace setting 'trace_foo'; the settings are trace_level, trace_rate, "
                                  "trace_count, log_frequency"),

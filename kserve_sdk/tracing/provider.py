@@ -7,6 +7,7 @@ import os
 from typing import Any, Optional, Sequence
 
 from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
@@ -30,8 +31,9 @@ def _env_sampler(config: TracingConfig) -> Sampler:
 
 
 class SettingsSampler(Sampler):
-    """Triton's trace settings first (level, count, one call in ``trace_rate``), then the environment's
-    sampler for the calls they let through."""
+    """For a call's server span, Triton's trace settings first (level, count, one call in ``trace_rate``),
+    then the environment's sampler for the calls they let through; other spans (stages, forwarding, a
+    model's own) go straight to the environment's sampler, which follows their parent's decision."""
 
     def __init__(self, settings: TraceSettings, then: Sampler):
         self.settings, self.then = settings, then
@@ -39,9 +41,10 @@ class SettingsSampler(Sampler):
     def should_sample(self, parent_context: Any, trace_id: int, name: str, kind: Any = None,
                       attributes: Any = None, links: Optional[Sequence[Any]] = None, trace_state: Any = None
                       ) -> SamplingResult:
-        model_name = attributes.get(MODEL_ATTRIBUTE) if attributes else None
-        if not self.settings.admits(model_name):
-            return SamplingResult(Decision.DROP)
+        if kind is SpanKind.SERVER:
+            model_name = attributes.get(MODEL_ATTRIBUTE) if attributes else None
+            if not self.settings.admits(model_name):
+                return SamplingResult(Decision.DROP)
         return self.then.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
 
     def get_description(self) -> str:
