@@ -1,4 +1,4 @@
-"""The spans of a call: one server span per inference call, its stages' spans, and the forwarding span.
+"""The spans of a call: its server span, its stages' spans, and the span of forwarding it to a predictor.
 
 Imported only while tracing is on. The server span starts when the call opens (its parent is the
 client's ``traceparent`` / ``tracestate``, from HTTP headers or gRPC metadata) and ends when the call
