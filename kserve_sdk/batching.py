@@ -101,6 +101,8 @@ class Batcher:
         for pending, result in zip(batch, results):
             if not pending.future.done():
                 pending.timings.queue_s += started - pending.queued + own.queue_s
+                if pending.timings.traced:  # the predict span's attribute
+                    pending.timings.batch_size = len(batch)
                 pending.future.set_result(result)
 
 

@@ -13,15 +13,17 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional
 
 import numpy as np
 
-from . import executor, metrics, statistics
+from . import executor, log_settings, metrics, statistics, tracing
 from .errors import (DeadlineExceeded, InferenceError, InvalidInput, ModelError, ModelNotFound, ModelNotReady,
                      ServerBusy, ServerNotReady, is_untyped)
 from .lifecycle import Call, Timings, detached_timings, model_call_finished
 from .model import InferenceModel, InferenceVerb, Model
+from .model_config import triton_config
 from .model_repository import ModelRepository
 from .protocol.infer_type import InferRequest, InferResponse
 from .protocol.tensor import Tensor, in_shared_memory
 from .shared_memory import SharedMemoryRegistry, uses_shared_memory
+from .tracing.settings import validated as validated_trace_settings
 from .utils.utils import get_predict_response
 
 try:
@@ -32,7 +34,8 @@ except Exception:  # not installed as a distribution (e.g. run from a checkout)
     SERVER_VERSION = "0.1.0"
 
 SERVER_NAME = "kserve-sdk"
-SERVER_EXTENSIONS = ["model_repository_extension", "binary_tensor_data", "system_shared_memory", "statistics"]
+SERVER_EXTENSIONS = ["model_repository_extension", "binary_tensor_data", "system_shared_memory", "statistics",
+                     "logging", "model_configuration", "trace"]
 
 #: Model names longer than this are refused (400) unless a model is registered under them.
 MAX_MODEL_NAME_LENGTH = 256
@@ -125,6 +128,17 @@ class DataPlane:
         # Set by the server with --workers N: called after a local change (model load/unload, shared-memory
         # registration) as (op, name, args) to pass it to every worker, which apply it with apply_change.
         self.share_change: Optional[Callable[[str, str, Dict[str, Any]], Awaitable[None]]] = None
+        #: op -> what applies it here as ``apply(name, args)`` (a coroutine function or a plain one);
+        #: a feature that shares its changes between workers adds its op with :meth:`on_change`.
+        self._change_appliers: Dict[str, Callable[[str, Dict[str, Any]], Any]] = {
+            "load": lambda name, args: self.load_here(name),
+            "unload": lambda name, args: self.unload_here(name),
+            "shm_register": lambda name, args: self.shared_memory.register(
+                name, args["key"], args["offset"], args["byte_size"]),
+            "shm_unregister": lambda name, args: self.shared_memory.unregister(name),
+            "log_settings": lambda name, args: log_settings.apply(args),
+            "trace_settings": lambda name, args: tracing.settings.set_scope(name, args["scope"]),
+        }
 
     # --- request lifecycle ------------------------------------------------------------------------
     def begin_request(self, model_name: str) -> None:
@@ -231,6 +245,47 @@ class DataPlane:
             "inputs": await _maybe_await(model.get_input_types()),
             "outputs": await _maybe_await(model.get_output_types()),
         }
+
+    async def model_config(self, name: str, version: Optional[str] = None) -> Dict[str, Any]:
+        """Triton's model configuration of the named model (see :mod:`kserve_sdk.model_config`)."""
+        model = self.get_model(name)
+        return triton_config(name, await _maybe_await(model.get_input_types()),
+                             await _maybe_await(model.get_output_types()), getattr(model, "max_batch_size", None),
+                             getattr(model, "max_latency_ms", 0.0))
+
+    # --- Triton's logging extension -----------------------------------------------------------------
+    @staticmethod
+    def log_settings() -> Dict[str, Any]:
+        """The log settings in force (see :mod:`kserve_sdk.log_settings`)."""
+        return log_settings.current()
+
+    async def update_log_settings(self, changes: Any) -> Dict[str, Any]:
+        """Check ``changes`` (InvalidInput names a wrong one), apply them here, then in every worker;
+        returns every setting now in force."""
+        checked = log_settings.checked(changes)
+        settings = log_settings.apply(checked)
+        if self.share_change is not None:
+            await self.share_change("log_settings", "", checked)
+        return settings
+
+    # --- Triton's trace extension -------------------------------------------------------------------
+    def trace_settings(self, model_name: str = "") -> Dict[str, Any]:
+        """The trace settings in force for ``model_name`` (the global ones for "")."""
+        if model_name:
+            self.get_model(model_name)
+        return tracing.settings.view(model_name)
+
+    async def update_trace_settings(self, model_name: str, update: Any) -> Dict[str, Any]:
+        """Change the trace settings of ``model_name`` (the global ones for "") in every worker; InvalidInput
+        names a bad setting. Returns the settings now in force."""
+        if model_name:
+            self.get_model(model_name)
+        settings = tracing.settings
+        scope = settings.updated(model_name, validated_trace_settings(update, settings.tracing_on))
+        settings.set_scope(model_name, scope)
+        if self.share_change is not None:
+            await self.share_change("trace_settings", model_name, {"scope": scope})
+        return settings.view(model_name)
 
     def model_statistics(self, name: str = "", version: str = "") -> Dict[str, List[Dict[str, Any]]]:
         """Triton's statistics for one model (every served model when ``name`` is empty), summed over workers:
@@ -388,6 +443,8 @@ class DataPlane:
             metrics.stream_finished(model_name, protocol, count, first)
             elapsed = time.perf_counter() - start
             timings.executions += 1  # one streaming predict, however many responses
+            if timings.traced:  # the stream's span counts its chunks
+                timings.chunks = count
             timings.setdefault("predict_ms", elapsed * 1000)
             model_call_finished(model_name, timings, int(elapsed * 1e9), not failed, headers,
                                 self.enable_latency_logging)
@@ -477,16 +534,17 @@ class DataPlane:
         finally:
             self._unloading.discard(name)
 
+    def on_change(self, op: str, apply: Callable[[str, Dict[str, Any]], Any]) -> None:
+        """Apply the changes ``op`` that other workers share (``share_change(op, name, args)``) by calling
+        ``apply(name, args)`` here; it may be a coroutine function."""
+        self._change_appliers[op] = apply
+
     async def apply_change(self, op: str, name: str, args: Dict[str, Any]) -> None:
-        """Apply a change another worker made (see ``share_change``) in this process."""
-        if op == "load":
-            await self.load_here(name)
-        elif op == "unload":
-            await self.unload_here(name)
-        elif op == "shm_register":
-            self.shared_memory.register(name, args["key"], args["offset"], args["byte_size"])
-        elif op == "shm_unregister":
-            self.shared_memory.unregister(name)
+        """Apply a change another worker made (see ``share_change``) in this process; an op nothing
+        registered is ignored."""
+        apply = self._change_appliers.get(op)
+        if apply is not None:
+            await _maybe_await(apply(name, args))
 
     # --- system shared memory -----------------------------------------------------------------------
     async def register_shared_memory(self, name: str, key: str, offset: int, byte_size: int) -> None:

@@ -26,7 +26,7 @@ import time
 from random import getrandbits
 from typing import Any, Callable, Dict, NamedTuple, Optional
 
-from . import metrics, statistics
+from . import metrics, statistics, tracing
 from .errors import grpc_code_of, status_of
 from .logging import log_info_fast, logger, trace_logger
 _perf = time.perf_counter
@@ -42,6 +42,9 @@ class Timings(dict):
     # just making a dict (an __init__ of Python's would cost more than the rest of it).
     queue_s = 0.0
     executions = 0
+    # Set by tracing on a sampled call; then the pipeline notes when it starts ("started"), the batcher the
+    # batch's size ("batch_size") and a stream its responses ("chunks"), for the call's spans.
+    traced = False
 
 
 def _new_prefix() -> str:
@@ -111,7 +114,7 @@ class Call:
     """
 
     __slots__ = ("protocol", "endpoint", "model_name", "headers", "request_id", "timings", "started", "gone",
-                 "_label", "_open", "_task")
+                 "_label", "_open", "_task", "span")
 
     def __init__(self, protocol: str, endpoint: str, headers: Optional[Dict[str, str]] = None,
                  model_name: Optional[str] = None, label: Callable[[Optional[str]], str] = lambda name: ""):
@@ -125,6 +128,8 @@ class Call:
         self.gone = False  # the client went away
         self._task: Optional[asyncio.Task] = None
         metrics.request_started(protocol)
+        spans = tracing.spans  # the call's server span while tracing is on (kserve_sdk/tracing)
+        self.span = None if spans is None else spans.start_call(self)
 
     def watch(self, task: Optional[asyncio.Task]) -> None:
         """Cancel ``task`` (the one answering this call) if the client goes away; None: stop watching."""
@@ -141,6 +146,8 @@ class Call:
         """How to answer ``exc``; the failure is logged here, once (``where`` names the call in the log)."""
         failure = failure_of(exc)
         log_failure(where or f"{self.protocol} {self.endpoint}", failure, exc, self.request_id)
+        if self.span is not None and tracing.spans is not None:
+            tracing.spans.failed(self, failure.message, exc)
         return failure
 
     def close(self, status: str) -> Optional[float]:
@@ -152,6 +159,8 @@ class Call:
         duration = _perf() - self.started
         self._label = label = self._label(self.model_name)  # from now on the label itself
         metrics.request_finished(label, self.protocol, self.endpoint, status, duration)
+        if self.span is not None and tracing.spans is not None:
+            tracing.spans.end_call(self, status)
         return duration
 
     @property

@@ -38,15 +38,41 @@ class Formatter(logging.Formatter):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self._own = (self._fmt, self.datefmt)
+        self.iso8601 = False
+        self._set_plain()
+
+    def _set_plain(self) -> None:
         #: the default trace format with the default date format: log_info_fast may write its lines itself
         self.plain = (self._fmt == KSERVE_TRACE_LOGGER_FORMAT and self.datefmt == KSERVE_LOGGER_DATE_FORMAT
                       and type(self._style) is logging.PercentStyle)
 
+    def use_iso8601(self, on: bool) -> None:
+        """Write the time as ISO 8601 in UTC (``2026-12-01T14:48:19.123Z``, Triton's log_format "ISO8601")
+        or, with ``on`` False, as this formatter's own format does."""
+        if on == self.iso8601:
+            return
+        fmt, self.datefmt = self._own
+        if on and fmt and type(self._style) is logging.PercentStyle:
+            fmt = fmt.replace("%(asctime)s.%(msecs)03d", "%(asctime)s")  # the milliseconds go before the Z
+        self._fmt = self._style._fmt = fmt
+        self.iso8601 = on
+        self._set_plain()
+        self._cached_second = -1
+
     def formatTime(self, record: logging.LogRecord, datefmt: Optional[str] = None) -> str:
+        if self.iso8601:
+            return f"{self._iso_second(int(record.created))}.{int(record.msecs):03d}Z"
         second = int(record.created)
         if second != self._cached_second or datefmt != self._cached_fmt:
             self._cached_second, self._cached_fmt = second, datefmt
             self._cached_text = super().formatTime(record, datefmt)
+        return self._cached_text
+
+    def _iso_second(self, second: int) -> str:
+        if second != self._cached_second:  # (use_iso8601 empties the cache of the other format)
+            self._cached_second = second
+            self._cached_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         return self._cached_text
 
     def second_text(self, now: float) -> str:

@@ -22,7 +22,7 @@ from .lifecycle import Timings
 from .predictor_config import PredictorConfig
 from .protocol.infer_type import InferRequest
 
-_FORWARDED_HEADERS = ("x-request-id", "x-b3-traceid", "authorization")
+_FORWARDED_HEADERS = ("x-request-id", "x-b3-traceid", "authorization", "traceparent", "tracestate")
 
 
 def check_lists(payload: Any) -> Any:
@@ -208,6 +208,8 @@ class Model(InferenceModel):
         extra = (response_headers,) if self.return_response_headers else ()
 
         start = time.perf_counter()
+        if timings.traced:  # a sampled call's stage spans are placed from here (kserve_sdk/tracing/spans.py)
+            timings.started = start
         # the stages a model does not override are skipped here, without a coroutine each
         payload = await self._preprocess(body, headers) if self._overrides("preprocess") else self.validate(body)
         mid = time.perf_counter()
@@ -291,6 +293,8 @@ class Model(InferenceModel):
         """One request in, postprocessed responses out; stage durations are added to ``timings``."""
         extra = (response_headers,) if self.return_response_headers else ()
         start = time.perf_counter()
+        if getattr(timings, "traced", False):
+            timings.started = start
         payload = await self._preprocess(body, headers)
         timings["preprocess_ms"] = (time.perf_counter() - start) * 1000
         postprocessed = self._overrides("postprocess")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine, Dict, List, Optional
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
-from . import context, executor, metrics
+from . import context, executor, metrics, tracing
 from .constants.constants import (
     DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, DEFAULT_MAX_BODY_SIZE, KSERVE_TLS_CERT_FILE_ENV,
     KSERVE_TLS_KEY_FILE_ENV, MAX_GRPC_MESSAGE_LENGTH,
@@ -332,6 +332,7 @@ class ModelServer:
     async def _serve(self, sockets: Optional[List[socket.socket]] = None, reuse_port: bool = False,
                      control_dir: str = "") -> None:
         loop = asyncio.get_running_loop()
+        tracing.setup()  # here, after a worker's fork: each worker exports from its own thread
         self.setup_event_loop()
         executor.configure(self.max_asyncio_workers, args.inline_sync_below_ms)
         self._stopping = asyncio.Event()
@@ -473,5 +474,6 @@ class ModelServer:
         await close_clients()
         for name in list(self.registered_models.get_models()):
             self.registered_models.unload(name)
+        tracing.shutdown()  # the spans still buffered are exported
         flush_pending()  # the access and latency lines of the last answers, before the line that ends the log
         logger.info("Model server stopped")

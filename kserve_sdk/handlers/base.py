@@ -14,6 +14,7 @@ from .. import metrics
 from ..errors import InferenceError, InvalidInput, PayloadTooLarge
 from ..internals.tornado_headers import HeaderRecorder
 from ..lifecycle import Call
+from ..tracing import answer_traceparent
 from ..protocol.rest_codec import dumps
 from .responder import JSON, SERVER, Reply, error_reply, header_text
 
@@ -75,14 +76,20 @@ class BaseHandler(HeaderRecorder, RequestHandler):
             path_args = getattr(self, "path_args", None)
             self.call = self.dataplane.open_call(self.protocol, self.endpoint, lowercase_headers(self.request.headers),
                                                  path_args[0] if path_args else None)
-            self.set_header("x-request-id", self.call.request_id)
+            self._call_headers()
         return self.call
+
+    def _call_headers(self) -> None:
+        """The headers naming the call on every answer: its request id and, when traced, its traceparent."""
+        self.set_header("x-request-id", self.call.request_id)
+        if self.call.span is not None and (traceparent := answer_traceparent(self.call)):
+            self.set_header("traceparent", traceparent)
 
     def set_default_headers(self) -> None:
         # also after clear(), which an error answer starts with: its request id stays
         self.set_header("Server", SERVER)
         if self.call is not None:
-            self.set_header("x-request-id", self.call.request_id)
+            self._call_headers()
 
     def prepare(self) -> None:
         self.open_call()

@@ -16,15 +16,25 @@ from ..errors import InferenceError, InvalidInput
 from ..lifecycle import Call, Failure, take_request_id
 from ..protocol.grpc import grpc_predict_v2_pb2 as pb
 from ..protocol.grpc.convert import Undecodable, infer_request_from_grpc, infer_response_to_grpc, tolerant_parser
+from ..protocol.grpc.convert import log_settings_response, model_config_response, parameters_to_dict
 from ..protocol.grpc.grpc_predict_v2_pb2_grpc import (
     GRPCInferenceServiceServicer, add_GRPCInferenceServiceServicer_to_server,
 )
 from ..protocol.infer_type import InferRequest, InferResponse
+from ..tracing import answer_traceparent
+from .trace_setting import settings_to_grpc, update_from_grpc
+
+
+def call_metadata(call: Call) -> Tuple[Tuple[str, str], ...]:
+    """The trailing metadata naming the call: its request id and, when it is traced, its traceparent."""
+    if call.span is not None and (traceparent := answer_traceparent(call)):
+        return (("x-request-id", call.request_id), ("traceparent", traceparent))
+    return (("x-request-id", call.request_id),)
 
 
 def error_metadata(call: Call, failure: Failure) -> Tuple[Tuple[str, str], ...]:
-    """The trailing metadata of an error answer: the call's request id and, for a busy server, Retry-After."""
-    request_id = (("x-request-id", call.request_id),)
+    """The trailing metadata of an error answer: the call's ids and, for a busy server, Retry-After."""
+    request_id = call_metadata(call)
     return request_id if failure.retry_after is None else (*request_id, ("retry-after", str(failure.retry_after)))
 
 
@@ -149,7 +159,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         infer_request = infer_request_from_grpc(InferRequest, request)
         response, response_headers = await self.dataplane.infer(request.model_name, infer_request, call.headers,
                                                                 model, call)
-        request_id = (("x-request-id", call.request_id),)
+        request_id = (("x-request-id", call.request_id),) if call.span is None else call_metadata(call)
         context.set_trailing_metadata(request_id if not response_headers else
                                       (*((k.lower(), str(v)) for k, v in response_headers.items()), *request_id))
         return to_infer_response_message(response, request.model_name)
@@ -202,6 +212,13 @@ class InferenceServicer(GRPCInferenceServiceServicer):
                        lambda message: pb.ModelStreamInferResponse(error_message=message))
 
     @answers_errors
+    async def TraceSetting(self, request, context, call):
+        update = update_from_grpc(request)
+        settings = await self.dataplane.update_trace_settings(request.model_name, update) if update else \
+            self.dataplane.trace_settings(request.model_name)
+        return settings_to_grpc(settings, pb.TraceSettingResponse())
+
+    @answers_errors
     async def RepositoryIndex(self, request, context, call):
         entries = await self.dataplane.repository_index()
         return pb.RepositoryIndexResponse(models=[
@@ -239,6 +256,17 @@ class InferenceServicer(GRPCInferenceServiceServicer):
     async def SystemSharedMemoryUnregister(self, request, context, call):
         await self.dataplane.unregister_shared_memory(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
+
+    # Triton's logging and model configuration extensions (the logic: log_settings.py, model_config.py)
+    @answers_errors
+    async def LogSettings(self, request, context, call):
+        changes = parameters_to_dict(request.settings)  # an empty request reads the settings
+        return log_settings_response(self.dataplane.log_settings() if changes is None else
+                                     await self.dataplane.update_log_settings(changes))
+
+    @answers_errors
+    async def ModelConfig(self, request, context, call):
+        return model_config_response(await self.dataplane.model_config(request.name, request.version or None))
 
 
 class _TolerantRegistration:

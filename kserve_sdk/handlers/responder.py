@@ -13,6 +13,7 @@ from tornado.httputil import HTTPHeaders, HTTPServerRequest
 from tornado.web import GZipContentEncoding
 
 from ..dataplane import SERVER_NAME, SERVER_VERSION
+from ..tracing import answer_traceparent
 from ..lifecycle import Call
 from ..protocol.rest_codec import dumps
 
@@ -65,6 +66,8 @@ def answer_headers(call: Call, request: HTTPServerRequest, status: int, reply: R
     headers["Server"] = SERVER
     headers["Date"] = http_date()
     headers["x-request-id"] = call.request_id
+    if call.span is not None and (traceparent := answer_traceparent(call)):
+        headers["traceparent"] = traceparent
     body = reply.body
     headers["Content-Length"] = str(len(body))
     if compress:

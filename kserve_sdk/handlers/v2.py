@@ -67,6 +67,30 @@ class ModelReadyHandler(BaseHandler):
         self.send_json({"name": name, "ready": True})
 
 
+class ModelConfigHandler(BaseHandler):
+    """``GET /v2/models/<m>[/versions/<v>]/config``: Triton's model configuration."""
+
+    endpoint = "model_config"
+
+    async def get(self, name: str, version: Optional[str] = None) -> None:
+        self.send_json(await self.dataplane.model_config(name, version))
+
+
+class LoggingHandler(BaseHandler):
+    """``GET|POST /v2/logging``: Triton's log settings, read or changed in every worker."""
+
+    endpoint = "logging"
+
+    def get(self) -> None:
+        self.send_json(self.dataplane.log_settings())
+
+    async def post(self) -> None:
+        if not self.request.body.strip():
+            raise InvalidInput('POST /v2/logging takes the settings to change as a JSON object, such as '
+                               '{"log_verbose_level": 1}')
+        self.send_json(await self.dataplane.update_log_settings(loads_json(self.request.body)))
+
+
 class ModelStatisticsHandler(BaseHandler):
     """``GET /v2/models[/<m>[/versions/<v>]]/stats``: Triton's per-model statistics."""
 

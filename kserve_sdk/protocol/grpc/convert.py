@@ -70,6 +70,28 @@ def fill_parameters(target, params: Optional[Dict[str, Any]]) -> None:
             slot.string_param = str(value)
 
 
+def log_settings_response(settings: Dict[str, Any]):
+    """Log settings as Triton's ``LogSettingsResponse`` (whose numbers are uint32)."""
+    response = pb.LogSettingsResponse()
+    for key, value in settings.items():
+        slot = response.settings[key]
+        if isinstance(value, bool):
+            slot.bool_param = value
+        elif isinstance(value, int):
+            slot.uint32_param = value
+        else:
+            slot.string_param = str(value)
+    return response
+
+
+def model_config_response(config: Dict[str, Any]):
+    """A model configuration dict (model_config.py's, JSON field names) as Triton's ``ModelConfigResponse``."""
+    from google.protobuf import json_format
+    from tritonclient.grpc import model_config_pb2
+
+    return pb.ModelConfigResponse(config=json_format.ParseDict(config, model_config_pb2.ModelConfig()))
+
+
 _NARROW = frozenset({"INT8", "INT16", "UINT8", "UINT16"})
 
 
