@@ -166,19 +166,15 @@ def log_info_fast(target: logging.Logger, msg: str, args: Any) -> None:
     target.handle(info_record(target, msg, args))
 
 
-#: How long a per-request line may wait for the others of its moment, to share one write with them.
-#: Under gRPC load an event loop's round rarely holds more than one answer, so writing once per round
-#: cost a system call per request; 5 ms holds ten or more at a few thousand requests per second.
-WRITE_DELAY_S = 0.005
-
-#: event loop -> {handler: lines waiting to be written together}
+#: event loop -> {handler: lines waiting for the end of the loop's round}
 _pending: Dict[Any, Dict[logging.StreamHandler, List[str]]] = {}
 
 
 def _write_soon(handler: logging.StreamHandler, line: str) -> None:
-    """Write ``line`` within :data:`WRITE_DELAY_S`, with the other lines of that moment: under load one
-    write (one system call) carries the lines of many requests, in order. Off an event loop's thread the
-    line is written at once; :func:`flush_pending` writes what waits (the server calls it as it stops)."""
+    """Write ``line`` once the event loop has run the callbacks of its current round, with the other lines
+    of that round: under load one write (one system call) carries the lines of many requests, in order.
+    Off an event loop's thread the line is written at once; :func:`flush_pending` writes what waits (the
+    server calls it as it stops)."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
@@ -187,7 +183,7 @@ def _write_soon(handler: logging.StreamHandler, line: str) -> None:
     waiting = _pending.get(loop)
     if waiting is None:
         waiting = _pending[loop] = {}
-        loop.call_later(WRITE_DELAY_S, _write_pending, loop)
+        loop.call_soon(_write_pending, loop)
     lines = waiting.get(handler)
     if lines is None:
         waiting[handler] = [line]
