@@ -434,3 +434,33 @@ def test_a_plain_v1_v2_server_never_imports_pydantic(start_server):
     status, _, body = post_json(plain.http_port, "/v1/models/modules:predict",
                                 {"instances": ["pydantic", "kserve_sdk.protocol.rest.openai.types"]})
     assert status == 200 and body == {"predictions": [False, False]}, body
+
+
+# --- the answers fit protocol/rest_v1.yaml -----------------------------------------------------------------
+DOCUMENTED = [
+    ("completion", COMPLETIONS, {"model": "parrot", "prompt": "a b"}, 200),
+    ("chat", CHAT, {"model": "parrot", "messages": [{"role": "user", "content": "hi"}]}, 200),
+    ("embeddings", "/openai/v1/embeddings", {"model": "hasher", "input": "a b"}, 200),
+    ("rerank", "/openai/v1/rerank", {"model": "hasher", "query": "a", "documents": ["a", "b"]}, 200),
+    ("bad-body", COMPLETIONS, {"model": "parrot", "prompt": "a", "max_tokens": "x"}, 400),
+    ("unknown-model", CHAT, {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}, 404),
+    ("not-ready", COMPLETIONS, {"model": "sleepy", "prompt": "a"}, 503),
+    ("model-fault", COMPLETIONS, {"model": "objects", "prompt": "crash"}, 500),
+]
+
+
+@pytest.mark.parametrize("path,doc,status", [c[1:] for c in DOCUMENTED], ids=[c[0] for c in DOCUMENTED])
+def test_answers_fit_the_openapi_document(server, path, doc, status):
+    from kserve_sdk.handlers.docs import openapi_document
+    from test_docs import check_request, check_response
+
+    document, body = openapi_document(), json.dumps(doc).encode()
+    if status == 200:  # the others are wrong on purpose
+        check_request(document, path, "post", body, "application/json")
+    got, headers, raw = request(server.http_port, "POST", path, body, {"Content-Type": "application/json"})
+    assert got == status, raw
+    check_response(document, path, "post", status, headers, raw)
+    for url, documented in [("/openai/v1/models", "/openai/v1/models"),
+                            ("/openai/v1/models/parrot", "/openai/v1/models/{model_name}")]:
+        got, headers, raw = request(server.http_port, "GET", url)
+        check_response(document, documented, "get", got, headers, raw)

@@ -166,4 +166,4 @@ def routes() -> List[Tuple[str, type]]:
     p = route_prefix()
     return [(rf"{p}/v1/completions", CompletionsHandler), (rf"{p}/v1/chat/completions", ChatCompletionsHandler),
             (rf"{p}/v1/embeddings", EmbeddingsHandler), (rf"{p}/v1/rerank", RerankHandler),
-            (rf"{p}/v1/models", ModelsHandler), (rf"{p}/v1/models/(.+)", ModelsHandler)]
+            (rf"{p}/v1/models", ModelsHandler), (rf"{p}/v1/models/([^/]+?)", ModelsHandler)]
