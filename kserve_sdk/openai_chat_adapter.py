@@ -2,6 +2,7 @@
 ``apply_chat_template(request) -> ChatPrompt`` and ``create_completion``; a chat request becomes a
 completion request of the template's prompt, and the completion (or each streamed chunk) becomes the chat
 answer (``chat.completion``, ``chat.completion.chunk``), as in KServe."""
+import functools
 import inspect
 from abc import abstractmethod
 from typing import Any, AsyncIterator, Dict, List, Optional, Union
@@ -28,6 +29,13 @@ class ChatPrompt(BaseModel):
 
 def _token_bytes(token: str) -> List[int]:
     return list(token.encode("utf-8"))
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_context(method: Any) -> bool:
+    """Whether a ``create_completion`` accepts a third argument, ``context``."""
+    parameters = list(inspect.signature(method).parameters.values())
+    return len(parameters) >= 4 or any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters)
 
 
 def _as_chunk(item: Any) -> Optional[CompletionChunk]:
@@ -117,7 +125,10 @@ class OpenAIChatAdapterModel(OpenAIGenerativeModel):
         if inspect.isawaitable(chat_prompt):
             chat_prompt = await chat_prompt
         params = self.chat_completion_params_to_completion_params(request, chat_prompt.prompt)
-        result = await self.create_completion(params, raw_request, context)
+        if _takes_context(type(self).create_completion):
+            result = await self.create_completion(params, raw_request, context)
+        else:  # written for KServe's adapter, which passes (request, raw_request) only
+            result = await self.create_completion(params, raw_request)
         if isinstance(result, ErrorResponse):
             return result
         if not request.stream:

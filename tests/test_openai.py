@@ -118,6 +118,11 @@ def test_chat_with_n_other_than_1_is_refused_by_the_adapter(client, server):
                         400, "n != 1 is not supported", kind="BadRequestError")
 
 
+def test_chat_through_an_adapter_model_written_for_kserve(client):
+    got = client.chat.completions.create(model="kserve-style", messages=[{"role": "user", "content": "abc"}])
+    assert got.choices[0].message.content == "cba" and got.choices[0].message.role == "assistant"
+
+
 def test_chat_of_a_generative_model_with_chunk_objects(client):
     got = client.chat.completions.create(model="objects", messages=[{"role": "user", "content": "abc"}])
     assert got.object == "chat.completion" and got.choices[0].message.content == "cba"

@@ -6,6 +6,7 @@ v1 model; a repository loads ``late-<name>`` chat models on demand through ``/v2
 - ``objects``: an OpenAIGenerativeModel streaming chunk objects and dicts, which the server frames; special
   prompts answer each kind of error, report the raw request, or stream slowly and write a file named by
   the request's ``x-request-id`` into ``$OPENAI_TEST_MARKERS`` when its stream is closed early.
+- ``kserve-style``: an adapter model whose ``create_completion`` takes no ``context``, as KServe's allow.
 - ``hasher``: an OpenAIEncoderModel (word-count embeddings, word-overlap rerank).
 - ``sleepy``: never ready. ``echo``: a v1 model (the only one with ``OPENAI_TEST_V1_ONLY`` set).
 """
@@ -56,6 +57,17 @@ class Parrot(OpenAIChatAdapterModel):
             yield "data: [DONE]\n\n"
 
         return chunks()
+
+
+class KServeStyle(OpenAIChatAdapterModel):
+    """Written for KServe's adapter: ``create_completion(request, raw_request=None)``, without ``context``."""
+
+    def apply_chat_template(self, request):
+        return ChatPrompt(prompt=request.messages[-1]["content"])
+
+    async def create_completion(self, request, raw_request=None):
+        return Completion(model=self.name, usage=usage(1, 1),
+                          choices=[CompletionChoice(index=0, text=request.prompt[::-1], finish_reason="stop")])
 
 
 def marker(raw_request, what):
@@ -190,7 +202,8 @@ class Repository(ModelRepository):
 
 
 if __name__ == "__main__":
-    models = [Parrot("parrot"), Objects("objects"), Hasher("hasher"), Sleepy("sleepy"), Echo("echo")]
+    models = [Parrot("parrot"), Objects("objects"), Hasher("hasher"), Sleepy("sleepy"), Echo("echo"),
+              KServeStyle("kserve-style")]
     if os.environ.get("OPENAI_TEST_V1_ONLY"):  # no OpenAI model until one is loaded
         models = [Echo("echo")]
     kserve.ModelServer(registered_models=Repository()).start(models)
