@@ -83,19 +83,21 @@ class OpenAIChatAdapterModel(OpenAIGenerativeModel):
         return ChatCompletionLogProbs(content=content)
 
     @classmethod
+    def _choice_logprobs(cls, choice: Union[CompletionChoice, CompletionChunkChoice]) -> Optional[ChatCompletionLogProbs]:
+        return cls.to_choice_logprobs(choice.logprobs) if choice.logprobs is not None else None
+
+    @classmethod
     def to_chat_completion_choice(cls, completion_choice: CompletionChoice, role: str) -> ChatCompletionChoice:
         """A completion's choice as a chat answer's."""
-        logprobs = completion_choice.logprobs
         return ChatCompletionChoice(index=0, finish_reason=completion_choice.finish_reason,
-                                    logprobs=cls.to_choice_logprobs(logprobs) if logprobs is not None else None,
+                                    logprobs=cls._choice_logprobs(completion_choice),
                                     message=ChatMessage(content=completion_choice.text, role=role))
 
     @classmethod
     def to_chat_completion_chunk_choice(cls, completion_choice: CompletionChunkChoice, role: str) -> ChunkChoice:
         """A streamed completion choice as a chat chunk's."""
-        logprobs = completion_choice.logprobs
         return ChunkChoice(index=0, finish_reason=completion_choice.finish_reason,
-                           logprobs=cls.to_choice_logprobs(logprobs) if logprobs is not None else None,
+                           logprobs=cls._choice_logprobs(completion_choice),
                            delta=ChoiceDelta(content=completion_choice.text, role=role))
 
     @classmethod

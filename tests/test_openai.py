@@ -13,9 +13,9 @@ import httpx
 import openai
 import pytest
 import tritonclient.grpc as grpcclient
-from prometheus_client.parser import text_string_to_metric_families
 
 from rawhttp import post_json, request
+from test_operations import scrape, value
 
 ACCESS = "ACCESS %(request_id)s %(protocol)s %(endpoint)s %(model)s %(status)s"
 COMPLETIONS = "/openai/v1/completions"
@@ -341,18 +341,6 @@ def test_raw_request_and_context(server):
 
 
 # --- lifecycle: metrics, access log ------------------------------------------------------------------------
-def scrape(server) -> dict:
-    out = {}
-    for family in text_string_to_metric_families(httpx.get(f"{server.url}/metrics").text):
-        for sample in family.samples:
-            out[(sample.name, frozenset(sample.labels.items()))] = sample.value
-    return out
-
-
-def value(samples, name, **labels):
-    return samples.get((name, frozenset(labels.items())), 0.0)
-
-
 def test_llm_and_request_metrics(client, server):
     before = scrape(server)
     client.completions.create(model="parrot", prompt="one two three four", max_tokens=3)

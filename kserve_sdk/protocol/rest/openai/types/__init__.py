@@ -17,6 +17,7 @@ from .messages import (ChatCompletionAssistantMessageParam, ChatCompletionConten
                        ConversationMessage, CustomChatCompletionMessageParam)
 from .rerank import Rerank, RerankDocument, RerankRequest, RerankResult, RerankUsage
 from .response_format import JsonSchemaResponseFormat, ResponseFormat
+from .sampling import SamplingRequest
 
 __all__ = [
     # KServe's names
@@ -31,5 +32,5 @@ __all__ = [
     # the parts they are made of
     "OpenAIBaseModel", "PromptTokenUsageInfo", "StreamOptions", "ResponseFormat", "JsonSchemaResponseFormat",
     "ChatCompletionToolsParam", "FunctionDefinition", "FunctionCall", "ToolCall", "DeltaFunctionCall",
-    "DeltaToolCall", "EmbeddingChatRequest", "RerankDocument", "RerankResult", "RerankUsage",
+    "DeltaToolCall", "EmbeddingChatRequest", "RerankDocument", "RerankResult", "RerankUsage", "SamplingRequest",
 ]
