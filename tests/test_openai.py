@@ -262,7 +262,8 @@ def test_wrong_method_and_unknown_path_are_openai_shaped(server):
 # --- streams on the wire -----------------------------------------------------------------------------------
 def test_raw_sse_framing_with_kserve_strings_and_framed_objects(server):
     for doc in ({"model": "parrot", "prompt": "a b c", "stream": True},
-                {"model": "objects", "prompt": "ab", "stream": True}):
+                {"model": "objects", "prompt": "ab", "stream": True},
+                {"model": "objects", "prompt": "json-strings", "stream": True}):
         status, headers, raw = request(server.http_port, "POST", COMPLETIONS, json.dumps(doc).encode(),
                                        {"Content-Type": "application/json", "x-request-id": "sse-1"})
         assert status == 200 and headers["content-type"] == "text/event-stream", raw

@@ -104,6 +104,11 @@ class Objects(OpenAIGenerativeModel):
                 marker(raw_request, "closed")
                 raise
             return
+        if prompt == "json-strings":  # JSON text without the "data: " framing: the server frames it
+            for letter in "xy":
+                yield json.dumps({"id": "cmpl-j", "object": "text_completion", "model": self.name,
+                                  "choices": [{"index": 0, "text": letter}]})
+            return
         if prompt == "midstream":
             yield {"id": "cmpl-m", "model": self.name, "choices": [{"index": 0, "text": "one"}]}
             raise InvalidInput("the model failed after one chunk")

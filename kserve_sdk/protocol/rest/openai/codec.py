@@ -58,12 +58,14 @@ def encode_answer(answer: Any) -> bytes:
 
 def encode_event(item: Any) -> bytes:
     """One streamed item as a Server-Sent Event: a preformatted ``"data: ..."`` string as is (KServe's
-    contract), a chunk object or dict framed here; the model's own ``[DONE]`` is dropped, since the server
-    sends it last (after an error event too)."""
+    contract), any other text, a chunk object or a dict framed here; the model's own ``[DONE]`` is dropped,
+    since the server sends it last (after an error event too)."""
     if isinstance(item, str):
         item = item.encode("utf-8")
     if isinstance(item, (bytes, bytearray)):
-        return b"" if item.strip() == DONE_EVENT.strip() else bytes(item)
+        if item.startswith(b"data:"):
+            return b"" if item.strip() == DONE_EVENT.strip() else bytes(item)
+        return b"data: " + bytes(item).strip() + b"\n\n"
     if isinstance(item, BaseModel):
         return b"data: " + item.model_dump_json(exclude_none=True).encode("utf-8") + b"\n\n"
     return b"data: " + orjson_dumps(item) + b"\n\n"
