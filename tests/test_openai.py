@@ -458,3 +458,12 @@ def test_answers_fit_the_openapi_document(server, path, doc, status):
                             ("/openai/v1/models/parrot", "/openai/v1/models/{model_name}")]:
         got, headers, raw = request(server.http_port, "GET", url)
         check_response(document, documented, "get", got, headers, raw)
+
+
+def test_the_route_prefix_comes_from_the_environment(start_server):
+    moved = start_server("tests/models/openai_models.py", grpc=False, env={"KSERVE_OPENAI_ROUTE_PREFIX": "llm/"})
+    with openai.OpenAI(base_url=f"{moved.url}/llm/v1", api_key="unused", max_retries=0, timeout=30) as moved_client:
+        got = moved_client.completions.create(model="parrot", prompt="a b", max_tokens=1)
+        assert got.choices[0].text == "a" and "parrot" in {m.id for m in moved_client.models.list().data}
+    code, _, raw = request(moved.http_port, "GET", "/openai/v1/models")
+    assert code == 404 and json.loads(raw) == {"error": "no route for GET /openai/v1/models"}
