@@ -182,6 +182,8 @@ MODEL_ERRORS = [
      "BadRequestError"),
     ("invalid-input", {"model": "objects", "prompt": "invalid"}, 400, "the prompt is not acceptable", None),
     ("model-fault", {"model": "objects", "prompt": "crash"}, 500, "ZeroDivisionError", "InternalServerError"),
+    ("not-an-answer", {"model": "objects", "prompt": "not-an-answer"}, 500,
+     "model 'objects' returned a response that cannot be encoded: TypeError: the answer is a str", None),
     ("openai-error-text", {"model": "objects", "prompt": "openai-error-text"}, 500, "a plain message", None),
     ("no-model", {"prompt": "x"}, 400, "the request must name its model", None),
 ]
@@ -271,6 +273,16 @@ def test_raw_sse_framing_with_kserve_strings_and_framed_objects(server):
         events = sse_events(raw)
         assert events[-1] == "[DONE]" and events.count("[DONE]") == 1, events  # the model's own is not doubled
         assert all(json.loads(e)["object"] == "text_completion" for e in events[:-1])
+
+
+def test_one_answer_to_a_stream_request_is_its_only_event(server):
+    status, headers, raw = request(server.http_port, "POST", COMPLETIONS,
+                                   json.dumps({"model": "objects", "prompt": "whoami", "stream": True}).encode(),
+                                   {"Content-Type": "application/json"})
+    assert status == 200 and headers["content-type"] == "text/event-stream"
+    events = sse_events(raw)
+    assert len(events) == 2 and events[1] == "[DONE]"
+    assert json.loads(events[0])["object"] == "text_completion" and headers["x-model-header"] == "objects"
 
 
 def test_a_stream_survives_gzip(server):

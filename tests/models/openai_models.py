@@ -147,6 +147,8 @@ class Objects(OpenAIGenerativeModel):
             raise InvalidInput("the prompt is not acceptable")
         if prompt == "crash":
             return 1 / 0
+        if prompt == "not-an-answer":
+            return "just text"
         if prompt == "whoami":
             context["response"].headers["x-model-header"] = "objects"
             about = {"url": str(raw_request.url), "path": raw_request.url.path, "method": raw_request.method,

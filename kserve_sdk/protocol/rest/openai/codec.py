@@ -50,9 +50,12 @@ def decode_request(endpoint: str, body: bytes) -> BaseModel:
 
 
 def encode_answer(answer: Any) -> bytes:
-    """A model's whole answer (a response object, or a dict of its fields) as JSON."""
+    """A model's whole answer (a response object, or a dict of its fields) as JSON; TypeError for anything
+    else."""
     if isinstance(answer, BaseModel):
         return answer.model_dump_json(exclude_none=True).encode("utf-8")
+    if not isinstance(answer, dict):
+        raise TypeError(f"the answer is a {type(answer).__name__}, not an OpenAI response object or a dict")
     return orjson_dumps(answer)
 
 
