@@ -65,7 +65,8 @@ class OpenAIChatAdapterModel(OpenAIGenerativeModel):
         max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
         return CompletionRequest(
             prompt=prompt, model=request.model, frequency_penalty=request.frequency_penalty,
-            logit_bias=request.logit_bias, max_tokens=max_tokens, n=request.n, presence_penalty=request.presence_penalty,
+            logit_bias=request.logit_bias, max_tokens=max_tokens, n=request.n,
+            presence_penalty=request.presence_penalty,
             seed=request.seed, stop=request.stop, stream=request.stream, stream_options=request.stream_options,
             temperature=request.temperature, top_p=request.top_p, user=request.user,
             logprobs=request.top_logprobs if request.logprobs else None, request_id=request.request_id)
@@ -83,7 +84,8 @@ class OpenAIChatAdapterModel(OpenAIGenerativeModel):
         return ChatCompletionLogProbs(content=content)
 
     @classmethod
-    def _choice_logprobs(cls, choice: Union[CompletionChoice, CompletionChunkChoice]) -> Optional[ChatCompletionLogProbs]:
+    def _choice_logprobs(cls, choice: Union[CompletionChoice, CompletionChunkChoice]
+                         ) -> Optional[ChatCompletionLogProbs]:
         return cls.to_choice_logprobs(choice.logprobs) if choice.logprobs is not None else None
 
     @classmethod

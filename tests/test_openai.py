@@ -219,7 +219,8 @@ def test_a_returned_error_response_and_a_raised_openai_error_keep_their_code(ser
     status, _, body = post(server, COMPLETIONS, {"model": "objects", "prompt": "error-response"})
     assert status == 418 and body == {"error": {"code": "418", "message": "I am a teapot", "param": "prompt",
                                                 "type": "Teapot"}}
-    status, _, body = post(server, CHAT, {"model": "objects", "messages": [{"role": "user", "content": "openai-error"}]})
+    status, _, body = post(server, CHAT, {"model": "objects",
+                                          "messages": [{"role": "user", "content": "openai-error"}]})
     assert status == 429 and body == {"error": {"code": "429", "message": "slow down", "param": "",
                                                 "type": "RateLimitError"}}
     status, _, body = post(server, COMPLETIONS, {"model": "objects", "prompt": "error-response", "stream": True})
@@ -247,6 +248,38 @@ MALFORMED = [
 @pytest.mark.parametrize("path,doc,message,param", [c[1:] for c in MALFORMED], ids=[c[0] for c in MALFORMED])
 def test_malformed_bodies_are_400_naming_the_field(server, path, doc, message, param):
     assert_openai_error(post(server, path, doc), 400, message, param=param, kind="BadRequestError")
+
+
+VALID = {
+    COMPLETIONS: {"model": "parrot", "prompt": "a b", "max_tokens": 2, "stream": False, "n": 1, "stop": ["x"],
+                  "temperature": 0.5, "logprobs": 1, "stream_options": None, "response_format": {"type": "text"}},
+    CHAT: {"model": "parrot", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "n": 1,
+           "tools": None, "tool_choice": "none", "logprobs": False},
+    "/openai/v1/embeddings": {"model": "hasher", "input": ["a"], "encoding_format": "float", "dimensions": 3},
+    "/openai/v1/rerank": {"model": "hasher", "query": "a", "documents": ["a"], "top_n": 1},
+}
+ODD_VALUES = [None, -1, 2 ** 70, 1.5, "x", "", [], [None], [[]], {}, {"a": {"b": []}}, True, "\u00e9\x00"]
+
+
+@pytest.mark.parametrize("path", sorted(VALID))
+def test_any_wrong_field_is_400_in_openai_shape_never_a_fault(server, path):
+    """Each field of a valid request set to each of a set of odd values: answered (200) or refused (400)
+    naming the field, never a 422 nor a 5xx but the model's own (the test models trust valid requests)."""
+    for field in VALID[path]:
+        for odd in ODD_VALUES:
+            doc = json.dumps({**VALID[path], field: odd}).encode()
+            status, headers, raw = request(server.http_port, "POST", path, doc, {"Content-Type": "application/json"})
+            if headers["content-type"] == "text/event-stream":
+                assert status == 200 and sse_events(raw)[-1] == "[DONE]"
+                continue
+            body = json.loads(raw)
+            model_fault = status == 500 and "(model '" in body["error"]["message"]
+            assert status in (200, 400, 404) or model_fault, (field, odd, status, body)
+            if status != 200:
+                assert_openai_error((status, headers, body), status, "", param=body["error"]["param"])
+                if status == 400 and field != "model" and "invalid request" in body["error"]["message"]:
+                    assert body["error"]["param"].split("[")[0].split(".")[0] == field, (field, odd, body)
+    assert request(server.http_port, "GET", "/v2/health/live")[0] == 200
 
 
 def test_unknown_request_fields_are_accepted(client):

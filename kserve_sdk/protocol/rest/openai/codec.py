@@ -46,7 +46,8 @@ def decode_request(endpoint: str, body: bytes) -> BaseModel:
         return kind.model_validate(doc)
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
-        raise InvalidField(f"invalid request: {describe_validation_error(e)}", field_path(first["loc"]) or None) from None
+        param = field_path(first["loc"]) or None
+        raise InvalidField(f"invalid request: {describe_validation_error(e)}", param) from None
 
 
 def encode_answer(answer: Any) -> bytes:

@@ -8,8 +8,10 @@ from .chat import (ChatCompletion, ChatCompletionChoice, ChatCompletionChunk, Ch
                    ChatCompletionLogProbs, ChatCompletionLogProbsContent, ChatCompletionRequest,
                    ChatCompletionToolsParam, ChatMessage, ChoiceDelta, ChunkChoice, DeltaFunctionCall, DeltaToolCall,
                    FunctionCall, FunctionDefinition, ToolCall)
-from .common import Error, ErrorResponse, Model, ModelList, OpenAIBaseModel, PromptTokenUsageInfo, StreamOptions, UsageInfo
-from .completion import Completion, CompletionChoice, CompletionChunk, CompletionChunkChoice, CompletionLogProbs, CompletionRequest
+from .common import (Error, ErrorResponse, Model, ModelList, OpenAIBaseModel, PromptTokenUsageInfo, StreamOptions,
+                     UsageInfo)
+from .completion import (Completion, CompletionChoice, CompletionChunk, CompletionChunkChoice, CompletionLogProbs,
+                         CompletionRequest)
 from .embedding import (Embedding, EmbeddingChatRequest, EmbeddingCompletionRequest, EmbeddingRequest,
                         EmbeddingResponseData)
 from .messages import (ChatCompletionAssistantMessageParam, ChatCompletionContentPartParam,
