@@ -9,7 +9,7 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 _m = None  # the metric objects, once set up
 _own_dir: Optional[str] = None
@@ -39,6 +39,13 @@ class _Metrics:
         self.stream_responses = Histogram("kserve_stream_responses", "Responses sent per stream",
                                           ["model_name", "protocol"],
                                           buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000, float("inf")))
+        self.llm_tokens = {kind: Counter(f"kserve_llm_{kind}_tokens", f"{kind.capitalize()} tokens of OpenAI answers",
+                                         ["model_name"]) for kind in ("prompt", "completion")}
+        self.llm_first_chunk = Histogram("kserve_llm_first_chunk_seconds", "Time from request to the first "
+                                         "streamed OpenAI chunk", ["model_name"])
+        self.llm_chunk_gap = Histogram("kserve_llm_chunk_gap_seconds", "Time between streamed OpenAI chunks",
+                                       ["model_name"], buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1,
+                                                                2.5, float("inf")))
         self.batch_size = Histogram("kserve_batch_size", "Requests merged into one predict call", ["model_name"],
                                     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, float("inf")))
 
@@ -146,6 +153,27 @@ def batch_formed(model_name: str, size: int) -> None:
     """``size`` requests were merged into one predict call."""
     if _m is not None:
         _child(_m.batch_size, model_name).observe(size)
+
+
+def llm_tokens(model_name: str, usage: Optional[dict]) -> None:
+    """Count the prompt and completion tokens of an OpenAI answer's ``usage`` (a dict; None: nothing)."""
+    if _m is None or not usage:
+        return
+    for kind, counter in _m.llm_tokens.items():
+        count = usage.get(f"{kind}_tokens")
+        if count:
+            _child(counter, model_name).inc(count)
+
+
+def llm_chunk_timers(model_name: str) -> Tuple[Callable[[float], None], Callable[[float], None]]:
+    """The observers of an OpenAI stream's time to first chunk and of its gaps between chunks (seconds)."""
+    if _m is None:
+        return _ignore, _ignore
+    return _child(_m.llm_first_chunk, model_name).observe, _child(_m.llm_chunk_gap, model_name).observe
+
+
+def _ignore(_: float) -> None:
+    pass
 
 
 def render(accept: Optional[str]) -> Tuple[bytes, str]:

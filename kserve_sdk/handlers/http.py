@@ -8,7 +8,7 @@ from tornado.web import Application
 from ..dataplane import DataPlane
 from ..errors import PayloadTooLarge
 from ..internals.tornado_buffer import body_already_buffered
-from . import docs, streaming, timeseries, v1, v2
+from . import docs, openai, streaming, timeseries, v1, v2
 from .access_log import RequestLog
 from .base import LiveHandler, MetricsHandler, NotFoundHandler, lowercase_headers
 from .fast_path import FastPath
@@ -51,6 +51,7 @@ def make_app(dataplane: DataPlane, access_log_format: Optional[str] = None, enab
         (rf"/v2/systemsharedmemory/region/{_REGION}/unregister", v2.SharedMemoryUnregisterHandler),
         (rf"/v2/repository/models/{_MODEL}/(load|unload)", v2.RepositoryHandler),
         *timeseries.routes(),
+        *openai.routes(),
         (r"/openapi\.json", docs.OpenAPIHandler),
         *docs.docs_routes(enable_docs_url),
     ]

@@ -42,8 +42,9 @@ class StreamingHandler(BaseHandler):
     _flush_timer: Optional[asyncio.TimerHandle] = None
 
     async def send_stream(self, items: AsyncIterator[Any], encode: Callable[[Any], bytes], frame: Callable,
-                          content_type: str, response_headers: Dict[str, str]) -> None:
-        """Send ``items``: errors before the first become HTTP errors, later ones a final error frame."""
+                          content_type: str, response_headers: Dict[str, str], trailer: bytes = b"") -> None:
+        """Send ``items``: errors before the first become HTTP errors, later ones a final error frame;
+        ``trailer`` (e.g. an SSE ``[DONE]`` event) goes last."""
         call = self.open_call()
         call.watch(asyncio.current_task())
         try:
@@ -71,14 +72,18 @@ class StreamingHandler(BaseHandler):
                     raise
                 except Exception as e:  # mid-stream: the client has a 200 already, so the error is an event
                     failure = call.failed(e, f"{self.request.method} {self.request.path} (mid-stream)")
-                    await self._send(frame(dumps({"error": failure.message})))
-            self.finish()  # sends what is buffered; the finally below drops the timer
+                    await self._send(frame(self.error_event(failure)))
+            self.finish(trailer)  # sends what is buffered; the finally below drops the timer
         except (asyncio.CancelledError, StreamClosedError):
             pass  # the client went away: nothing more to send
         finally:
             call.watch(None)
             self._cancel_flush_timer()
             await items.aclose()
+
+    def error_event(self, failure: Any) -> bytes:
+        """The document of the event that ends a stream which failed midway (``failure``: lifecycle's)."""
+        return dumps({"error": failure.message})
 
     async def _send(self, chunk: bytes) -> None:
         self.write(chunk)

@@ -1,0 +1,169 @@
+"""The OpenAI API over REST (KServe's routes, under ``KSERVE_OPENAI_ROUTE_PREFIX``, default ``/openai``):
+``POST /v1/completions``, ``/v1/chat/completions``, ``/v1/embeddings``, ``/v1/rerank``; ``GET /v1/models``
+and ``/v1/models/<id>``. The body's ``model`` names the served model. The routes answer whenever an OpenAI
+model is served, one loaded later through the repository API included; otherwise they are no route (404).
+
+Errors are in OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``; a stream is Server-Sent
+Events ending with ``data: [DONE]``.
+"""
+import os
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from tornado.web import HTTPError
+
+from ..openai_dataplane import not_an_openai_model, openai_call, openai_models, resolve_model_name, serves_openai
+from .base import cancel_on_disconnect
+from .streaming import StreamingHandler
+
+_STARTED = int(time.time())
+
+
+def route_prefix() -> str:
+    """``KSERVE_OPENAI_ROUTE_PREFIX`` (default ``/openai``), with a leading slash."""
+    prefix = os.environ.get("KSERVE_OPENAI_ROUTE_PREFIX", "/openai").rstrip("/")
+    return prefix if not prefix or prefix.startswith("/") else f"/{prefix}"
+
+
+class _OpenAIHandler(StreamingHandler):
+    """What the OpenAI routes share: no route unless an OpenAI model is served, errors in OpenAI's shape."""
+
+    protocol = "openai"
+
+    def prepare(self) -> None:
+        super().prepare()
+        if not serves_openai(self.dataplane.model_registry):
+            raise HTTPError(404, f"no route for {self.request.method} {self.request.path}")
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        from ..protocol.rest.openai.error_body import error_answer, error_body
+
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, HTTPError) or exc is None:  # Tornado's own (no route, bad method, bad URL)
+            message = (exc.log_message if exc is not None else None) or self._reason
+            return self.send_body(error_body(status_code, message))
+        failure = self.open_call().failed(exc, f"{self.request.method} {self.request.path}")
+        status, body = error_answer(exc, failure.status, failure.message)
+        if failure.retry_after is not None:
+            self.set_header("Retry-After", str(failure.retry_after))
+        self.set_status(status)
+        self.send_body(body)
+
+    def error_event(self, failure: Any) -> bytes:
+        from ..protocol.rest.openai.error_body import error_body
+
+        return b"data: " + error_body(failure.status, failure.message) + b"\n\n"
+
+
+class _InferenceHandler(_OpenAIHandler):
+    """``POST`` of one OpenAI endpoint: the request validated, the model's method, the answer or stream."""
+
+    @cancel_on_disconnect
+    async def post(self) -> None:
+        from ..protocol.rest.openai.codec import decode_request, encode_answer
+        from ..protocol.rest.openai.errors import OpenAIError
+        from ..protocol.rest.openai.types import ErrorResponse
+
+        request = decode_request(self.endpoint, self.request.body)
+        call = self.open_call()
+        name = call.model_name = resolve_model_name(self.dataplane.model_registry, request.model)
+        if request.model is None:
+            request.model = name
+        raw_request, context = self._exchange()
+        answer = await openai_call(self.dataplane, self.endpoint, name, request, raw_request, context, call)
+        if isinstance(answer, ErrorResponse):
+            raise OpenAIError(answer)  # answered by write_error, with its code as the status
+        if hasattr(answer, "__aiter__"):  # a stream (sent as one even if the client did not ask for it)
+            return await self._send_chunks(answer, context)
+        if getattr(request, "stream", False):  # one answer to a stream request: its only event
+            return await self._send_chunks(_one(answer), context)
+        self.set_status(context["response"].status_code)
+        self.send_body(encode_answer(answer), headers=context["response"].headers)
+
+    async def _send_chunks(self, chunks: Any, context: Dict[str, Any]) -> None:
+        from ..protocol.rest.openai.codec import DONE_EVENT, encode_event
+
+        await self.send_stream(chunks, encode_event, _as_is, "text/event-stream", context["response"].headers,
+                               trailer=DONE_EVENT)
+
+    def _exchange(self) -> Tuple[Any, Dict[str, Any]]:
+        """The ``raw_request`` and ``context`` the model's method is handed."""
+        from ..protocol.rest.openai.raw_request import URL, Address, RawRequest, Response
+
+        request, call = self.request, self.call
+        host, port = _peer(request)
+        raw = RawRequest(call.headers, URL(request.full_url(), request.path, request.query), request.method,
+                         Address(host, port) if host else None, request.body,
+                         {k: v[-1].decode("utf-8", "replace") for k, v in request.query_arguments.items()},
+                         lambda: call.gone)
+        return raw, {"headers": call.headers, "response": Response()}
+
+
+def _peer(request: Any) -> Tuple[Optional[str], int]:
+    address = getattr(request.connection, "context", None)
+    address = getattr(address, "address", None)
+    if isinstance(address, tuple) and len(address) >= 2:
+        return str(address[0]), int(address[1])
+    return request.remote_ip, 0
+
+
+def _as_is(chunk: bytes) -> bytes:
+    return chunk
+
+
+async def _one(answer: Any):
+    yield answer
+
+
+class CompletionsHandler(_InferenceHandler):
+    """``POST {prefix}/v1/completions``."""
+
+    endpoint = "completions"
+
+
+class ChatCompletionsHandler(_InferenceHandler):
+    """``POST {prefix}/v1/chat/completions``."""
+
+    endpoint = "chat_completions"
+
+
+class EmbeddingsHandler(_InferenceHandler):
+    """``POST {prefix}/v1/embeddings``."""
+
+    endpoint = "embeddings"
+
+
+class RerankHandler(_InferenceHandler):
+    """``POST {prefix}/v1/rerank``."""
+
+    endpoint = "rerank"
+
+
+class ModelsHandler(_OpenAIHandler):
+    """``GET {prefix}/v1/models`` (the OpenAI models served) and ``GET {prefix}/v1/models/<id>`` (one)."""
+
+    endpoint = "models"
+
+    async def get(self, name: Optional[str] = None) -> None:
+        from ..errors import ModelNotFound
+        from ..protocol.rest.openai.codec import encode_answer
+        from ..protocol.rest.openai.types import Model, ModelList
+
+        served = openai_models(self.dataplane.model_registry)
+        if name is None:
+            cards = [Model(id=model_id, created=_STARTED, owned_by="kserve") for model_id in served]
+            return self.send_body(encode_answer(ModelList(data=cards)))
+        if name not in served:
+            raise ModelNotFound(name) if self.dataplane.model_registry.get_model(name) is None \
+                else not_an_openai_model(name)
+        await self.dataplane.ready_model(name)
+        self.send_body(encode_answer(Model(id=name, created=_STARTED, owned_by="kserve")))
+
+
+def routes() -> List[Tuple[str, type]]:
+    """The route-table entries of the OpenAI API (always in the table; they answer only while an OpenAI
+    model is served)."""
+    p = route_prefix()
+    return [(rf"{p}/v1/completions", CompletionsHandler), (rf"{p}/v1/chat/completions", ChatCompletionsHandler),
+            (rf"{p}/v1/embeddings", EmbeddingsHandler), (rf"{p}/v1/rerank", RerankHandler),
+            (rf"{p}/v1/models", ModelsHandler), (rf"{p}/v1/models/(.+)", ModelsHandler)]

@@ -1,0 +1,114 @@
+"""The data plane of the OpenAI routes: which served models speak OpenAI, and one call of a model's OpenAI
+method inside the common lifecycle (drain and overload accounting, Triton statistics, the latency line,
+stream metrics) plus the LLM metrics: tokens from ``usage``, time to the first chunk, gaps between chunks.
+
+Nothing here imports pydantic: the requests arrive validated, and answers are only looked at for ``usage``.
+"""
+import time
+from contextlib import aclosing
+from typing import Any, AsyncIterator, Dict, List, Optional
+
+from . import metrics
+from .dataplane import DataPlane, naming_the_model
+from .errors import InvalidInput, ModelNotFound
+from .lifecycle import Call, model_call_finished
+from .model_repository import ModelRepository
+from .openai_model import OpenAIEncoderModel, OpenAIGenerativeModel, OpenAIModel
+
+#: endpoint -> (the model's method, the kind of model that has it, the API's name in errors)
+ENDPOINTS = {
+    "completions": ("create_completion", OpenAIGenerativeModel, "Completions API"),
+    "chat_completions": ("create_chat_completion", OpenAIGenerativeModel, "Chat Completion API"),
+    "embeddings": ("create_embedding", OpenAIEncoderModel, "Embeddings API"),
+    "rerank": ("create_rerank", OpenAIEncoderModel, "Rerank API"),
+}
+
+
+def openai_models(repository: ModelRepository) -> Dict[str, OpenAIModel]:
+    """The served models that speak OpenAI, by name."""
+    return {name: model for name, model in repository.get_models().items() if isinstance(model, OpenAIModel)}
+
+
+def serves_openai(repository: ModelRepository) -> bool:
+    """Whether any served model speaks OpenAI (the OpenAI routes answer only then)."""
+    return any(isinstance(model, OpenAIModel) for model in repository.get_models().values())
+
+
+def not_an_openai_model(name: str) -> ModelNotFound:
+    """The 404 of a served model that does not speak OpenAI: on the OpenAI routes it is not there."""
+    error = ModelNotFound(name)
+    error.reason = f"Model with name {name} is not an OpenAI model."
+    return error
+
+
+def resolve_model_name(repository: ModelRepository, name: Optional[str]) -> str:
+    """The model a request names; a request without ``model`` goes to the only OpenAI model, if there is one."""
+    if name:
+        return name
+    served: List[str] = list(openai_models(repository))
+    if len(served) == 1:
+        return served[0]
+    raise InvalidInput("the request must name its model (the `model` field): this server serves "
+                       f"{len(served)} OpenAI models")
+
+
+async def openai_call(dataplane: DataPlane, endpoint: str, name: str, request: Any, raw_request: Any,
+                      context: Dict[str, Any], call: Call) -> Any:
+    """Run the model's method of ``endpoint``: its answer, or a stream of its chunks (an async iterator).
+
+    ModelNotFound (404) and ModelNotReady (503) as for any call; a model of the other kind is InvalidInput.
+    """
+    method_name, kind, api = ENDPOINTS[endpoint]
+    model = await dataplane.ready_model(name)
+    if not isinstance(model, OpenAIModel):
+        raise not_an_openai_model(name)
+    if not isinstance(model, kind):
+        raise InvalidInput(f"Model {name} does not support {api}")
+    dataplane.begin_request(name)
+    start, ok, streams = time.perf_counter(), False, False
+    try:
+        with naming_the_model(name):
+            answer = await getattr(model, method_name)(request, raw_request=raw_request, context=context)
+        streams = hasattr(answer, "__aiter__") and not isinstance(answer, dict)
+        ok = True
+    finally:
+        dataplane.end_request(name)
+        if not streams:
+            _model_call_done(dataplane, name, call, start, ok)
+    if streams:
+        chunks = dataplane._count_stream(name, answer, call.headers, call.protocol, call.timings)
+        return _measured_stream(chunks, name, call.started)
+    from .protocol.rest.openai.codec import usage_of
+
+    metrics.llm_tokens(name, usage_of(answer))
+    return answer
+
+
+def _model_call_done(dataplane: DataPlane, name: str, call: Call, start: float, ok: bool) -> None:
+    elapsed = time.perf_counter() - start
+    call.timings.executions += 1
+    call.timings.setdefault("predict_ms", elapsed * 1000)
+    model_call_finished(name, call.timings, int(elapsed * 1e9), ok, call.headers, dataplane.enable_latency_logging)
+
+
+async def _measured_stream(chunks: AsyncIterator[Any], name: str, started: float) -> AsyncIterator[Any]:
+    """The chunks as they come, timing the first (from the request's arrival) and the gaps between them,
+    and counting the tokens of the last ``usage`` a chunk carried."""
+    from .protocol.rest.openai.codec import usage_of
+
+    first_chunk, gap = metrics.llm_chunk_timers(name)
+    usage, last = None, None
+    try:
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                now = time.perf_counter()
+                if last is None:
+                    first_chunk(now - started)
+                else:
+                    gap(now - last)
+                last = now
+                usage = usage_of(chunk) or usage
+                yield chunk
+    finally:
+        metrics.llm_tokens(name, usage)
+

@@ -1,0 +1,436 @@
+"""OpenAI-compatible serving against real servers (tests/models/openai_models.py) with the real ``openai``
+client and raw HTTP: completions and chat (through OpenAIChatAdapterModel and with chunk objects), streamed
+and not, embeddings, rerank, the model list, every error in OpenAI's shape, the SSE framing, a client that
+leaves mid-stream, metrics, and a model loaded later; each with one worker and with two."""
+import gzip
+import json
+import os
+import socket
+import time
+import uuid
+
+import httpx
+import openai
+import pytest
+import tritonclient.grpc as grpcclient
+from prometheus_client.parser import text_string_to_metric_families
+
+from rawhttp import post_json, request
+
+ACCESS = "ACCESS %(request_id)s %(protocol)s %(endpoint)s %(model)s %(status)s"
+COMPLETIONS = "/openai/v1/completions"
+CHAT = "/openai/v1/chat/completions"
+
+
+@pytest.fixture(scope="module", params=["1", "2"], ids=["workers1", "workers2"])
+def server(start_server, request, tmp_path_factory):
+    markers = tmp_path_factory.mktemp(f"markers{request.param}")
+    started = start_server("tests/models/openai_models.py", "--workers", request.param,
+                           "--access_log_format", ACCESS, env={"OPENAI_TEST_MARKERS": str(markers)})
+    started.markers = str(markers)
+    return started
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with openai.OpenAI(base_url=f"{server.url}/openai/v1", api_key="unused", max_retries=0, timeout=30) as c:
+        yield c
+
+
+def post(server, path, doc, headers=None):
+    """(status, headers, parsed body) of a raw JSON POST."""
+    body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+    status, hdrs, raw = request(server.http_port, "POST", path, body, {"Content-Type": "application/json",
+                                                                         **(headers or {})})
+    return status, hdrs, json.loads(raw)
+
+
+def assert_openai_error(got, status, message, param=None, kind=None):
+    """An answer in OpenAI's error shape, with the status as its code."""
+    code, headers, body = got
+    assert code == status, body
+    assert headers["content-type"].startswith("application/json")
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
+    error = body["error"]
+    assert message in error["message"], error
+    assert error["code"] == str(status) and error["param"] == param, error
+    if kind is not None:
+        assert error["type"] == kind, error
+    assert "x-request-id" in headers
+
+
+def sse_events(raw: bytes):
+    """The ``data:`` payloads of a Server-Sent Events body, in order."""
+    events = [event for event in raw.decode().split("\n\n") if event]
+    assert all(event.startswith("data: ") for event in events), events
+    return [event[len("data: "):] for event in events]
+
+
+# --- completions -------------------------------------------------------------------------------------------
+def test_completion(client):
+    got = client.completions.create(model="parrot", prompt="one two three four", max_tokens=3)
+    assert got.object == "text_completion" and got.id == "cmpl-parrot" and got.model == "parrot"
+    assert [(c.index, c.text, c.finish_reason) for c in got.choices] == [(0, "one two three", "length")]
+    assert (got.usage.prompt_tokens, got.usage.completion_tokens, got.usage.total_tokens) == (4, 3, 7)
+
+
+def test_completion_stream_of_kserve_strings(client):
+    chunks = list(client.completions.create(model="parrot", prompt="one two three four", max_tokens=3,
+                                            stream=True))
+    assert [c.choices[0].text for c in chunks] == ["one", " two", " three"]
+    assert {c.object for c in chunks} == {"text_completion"} and {c.model for c in chunks} == {"parrot"}
+    assert chunks[-1].choices[0].finish_reason == "length" and chunks[-1].usage.completion_tokens == 3
+
+
+def test_completion_answered_with_a_dict_and_streamed_as_objects_and_dicts(client):
+    got = client.completions.create(model="objects", prompt="hey")
+    assert got.choices[0].text == "HEY" and got.usage.total_tokens == 2 and got.created == 1
+    chunks = list(client.completions.create(model="objects", prompt="hey", stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == "hey"
+    assert chunks[-1].choices[0].finish_reason == "stop" and chunks[-1].usage.completion_tokens == 3
+
+
+# --- chat --------------------------------------------------------------------------------------------------
+def test_chat_through_the_adapter(client):
+    got = client.chat.completions.create(model="parrot", max_tokens=2,
+                                         messages=[{"role": "user", "content": "hello there"}])
+    assert got.object == "chat.completion" and got.id == "cmpl-parrot" and got.model == "parrot"
+    choice = got.choices[0]
+    assert (choice.index, choice.message.role, choice.message.content) == (0, "parrot", "user: hello")
+    assert choice.finish_reason == "length"
+    assert (got.usage.prompt_tokens, got.usage.completion_tokens) == (3, 2)
+
+
+def test_chat_stream_through_the_adapter(client):
+    chunks = list(client.chat.completions.create(model="parrot", max_tokens=2, stream=True,
+                                                 messages=[{"role": "user", "content": "hello there"}]))
+    assert {c.object for c in chunks} == {"chat.completion.chunk"}
+    assert "".join(c.choices[0].delta.content for c in chunks) == "user: hello"
+    assert {c.choices[0].delta.role for c in chunks} == {"parrot"}
+    assert chunks[-1].choices[0].finish_reason == "length" and chunks[-1].usage.completion_tokens == 2
+
+
+def test_chat_with_n_other_than_1_is_refused_by_the_adapter(client, server):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="parrot", n=2, messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.status_code == 400 and "n != 1 is not supported" in caught.value.message
+    assert_openai_error(post(server, CHAT, {"model": "parrot", "n": 3, "messages": [{"role": "user", "content": "x"}]}),
+                        400, "n != 1 is not supported", kind="BadRequestError")
+
+
+def test_chat_of_a_generative_model_with_chunk_objects(client):
+    got = client.chat.completions.create(model="objects", messages=[{"role": "user", "content": "abc"}])
+    assert got.object == "chat.completion" and got.choices[0].message.content == "cba"
+    chunks = list(client.chat.completions.create(model="objects", stream=True,
+                                                 messages=[{"role": "user", "content": "abc"}]))
+    assert [c.choices[0].delta.content for c in chunks] == ["c", "b", "a"]
+    assert {c.object for c in chunks} == {"chat.completion.chunk"}
+
+
+# --- encoders ----------------------------------------------------------------------------------------------
+def test_embeddings(client):
+    got = client.embeddings.create(model="hasher", input=["a b", "hello"])
+    assert got.object == "list" and got.model == "hasher"
+    assert [(d.index, d.object, d.embedding) for d in got.data] == [(0, "embedding", [2.0, 3.0, 1.0]),
+                                                                    (1, "embedding", [1.0, 5.0, 2.0])]
+    assert got.usage.prompt_tokens == 3 and got.usage.total_tokens == 3
+
+
+def test_rerank_by_raw_http(server):
+    doc = {"model": "hasher", "query": "red apple", "documents": ["green pear", "red apple pie", "apple"],
+           "top_n": 2}
+    status, headers, body = post(server, "/openai/v1/rerank", doc)
+    assert status == 200 and headers["content-type"].startswith("application/json"), body
+    assert body["id"] == "rerank-1" and body["model"] == "hasher" and body["usage"] == {"total_tokens": 2}
+    assert [(r["index"], r["document"]["text"], r["relevance_score"]) for r in body["results"]] == [
+        (1, "red apple pie", 1.0), (2, "apple", 0.5)]
+
+
+# --- models ------------------------------------------------------------------------------------------------
+def test_models_list_and_retrieve(client):
+    listed = client.models.list()
+    served = {m.id for m in listed.data}
+    assert {"parrot", "objects", "hasher", "sleepy"} <= served and "echo" not in served
+    assert {(m.object, m.owned_by) for m in listed.data} == {("model", "kserve")}
+    got = client.models.retrieve("hasher")
+    assert got.id == "hasher" and got.object == "model" and abs(got.created - time.time()) < 3600
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.models.retrieve("nope")
+    assert caught.value.status_code == 404
+
+
+def test_models_retrieve_errors(server):
+    for name, status, message in [("nope", 404, "Model with name nope does not exist."),
+                                  ("echo", 404, "Model with name echo is not an OpenAI model."),
+                                  ("sleepy", 503, "Model with name sleepy is not ready.")]:
+        code, headers, raw = request(server.http_port, "GET", f"/openai/v1/models/{name}")
+        assert_openai_error((code, headers, json.loads(raw)), status, message)
+
+
+# --- errors ------------------------------------------------------------------------------------------------
+MODEL_ERRORS = [
+    ("unknown", {"model": "nope", "prompt": "x"}, 404, "Model with name nope does not exist.", "NotFoundError"),
+    ("not-ready", {"model": "sleepy", "prompt": "x"}, 503, "Model with name sleepy is not ready.",
+     "ServiceUnavailableError"),
+    ("not-openai", {"model": "echo", "prompt": "x"}, 404, "Model with name echo is not an OpenAI model.", None),
+    ("wrong-kind", {"model": "hasher", "prompt": "x"}, 400, "Model hasher does not support Completions API",
+     "BadRequestError"),
+    ("invalid-input", {"model": "objects", "prompt": "invalid"}, 400, "the prompt is not acceptable", None),
+    ("model-fault", {"model": "objects", "prompt": "crash"}, 500, "ZeroDivisionError", "InternalServerError"),
+    ("openai-error-text", {"model": "objects", "prompt": "openai-error-text"}, 500, "a plain message", None),
+    ("no-model", {"prompt": "x"}, 400, "the request must name its model", None),
+]
+
+
+@pytest.mark.parametrize("doc,status,message,kind", [c[1:] for c in MODEL_ERRORS], ids=[c[0] for c in MODEL_ERRORS])
+def test_model_errors_in_openai_shape(server, doc, status, message, kind):
+    assert_openai_error(post(server, COMPLETIONS, doc), status, message, kind=kind)
+    assert_openai_error(post(server, COMPLETIONS, {**doc, "stream": True}), status, message, kind=kind)
+
+
+def test_wrong_kind_for_embeddings_and_chat(server):
+    assert_openai_error(post(server, "/openai/v1/embeddings", {"model": "parrot", "input": "x"}), 400,
+                        "Model parrot does not support Embeddings API")
+    assert_openai_error(post(server, "/openai/v1/rerank", {"model": "objects", "query": "x", "documents": []}),
+                        400, "Model objects does not support Rerank API")
+    assert_openai_error(post(server, CHAT, {"model": "hasher", "messages": [{"role": "user", "content": "x"}]}),
+                        400, "Model hasher does not support Chat Completion API")
+
+
+def test_the_openai_client_raises_its_typed_errors(client):
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.completions.create(model="nope", prompt="x")
+    assert caught.value.body["message"] == "Model with name nope does not exist."
+    with pytest.raises(openai.InternalServerError):
+        client.completions.create(model="sleepy", prompt="x")  # 503
+    with pytest.raises(openai.RateLimitError) as caught:
+        client.completions.create(model="objects", prompt="openai-error")
+    assert caught.value.status_code == 429
+
+
+def test_a_returned_error_response_and_a_raised_openai_error_keep_their_code(server):
+    status, _, body = post(server, COMPLETIONS, {"model": "objects", "prompt": "error-response"})
+    assert status == 418 and body == {"error": {"code": "418", "message": "I am a teapot", "param": "prompt",
+                                                "type": "Teapot"}}
+    status, _, body = post(server, CHAT, {"model": "objects", "messages": [{"role": "user", "content": "openai-error"}]})
+    assert status == 429 and body == {"error": {"code": "429", "message": "slow down", "param": "",
+                                                "type": "RateLimitError"}}
+    status, _, body = post(server, COMPLETIONS, {"model": "objects", "prompt": "error-response", "stream": True})
+    assert status == 418 and body["error"]["message"] == "I am a teapot"
+
+
+MALFORMED = [
+    ("not-json", COMPLETIONS, b"{nope", "Unrecognized request format", None),
+    ("empty", COMPLETIONS, b"", "the request body is empty", None),
+    ("array", COMPLETIONS, b"[1]", "the request body must be a JSON object, got list", None),
+    ("no-prompt", COMPLETIONS, {"model": "parrot"}, "invalid request: prompt is required", "prompt"),
+    ("prompt-type", COMPLETIONS, {"model": "parrot", "prompt": {"a": 1}}, "prompt: Input should be", "prompt"),
+    ("max-tokens", COMPLETIONS, {"model": "parrot", "prompt": "x", "max_tokens": "many"},
+     "max_tokens: Input should be a valid integer", "max_tokens"),
+    ("no-messages", CHAT, {"model": "parrot"}, "invalid request: messages is required", "messages"),
+    ("no-role", CHAT, {"model": "parrot", "messages": [{"content": "hi"}]}, "messages[0].role is required",
+     "messages[0].role"),
+    ("messages-type", CHAT, {"model": "parrot", "messages": "hi"}, "messages: Input should be a valid list",
+     "messages"),
+    ("no-input", "/openai/v1/embeddings", {"model": "hasher"}, "input is required", "input"),
+    ("no-documents", "/openai/v1/rerank", {"model": "hasher", "query": "x"}, "documents is required", "documents"),
+]
+
+
+@pytest.mark.parametrize("path,doc,message,param", [c[1:] for c in MALFORMED], ids=[c[0] for c in MALFORMED])
+def test_malformed_bodies_are_400_naming_the_field(server, path, doc, message, param):
+    assert_openai_error(post(server, path, doc), 400, message, param=param, kind="BadRequestError")
+
+
+def test_unknown_request_fields_are_accepted(client):
+    got = client.completions.create(model="parrot", prompt="a b", extra_body={"frobnicate": True, "top_k": 3})
+    assert got.choices[0].text == "a b"
+
+
+def test_wrong_method_and_unknown_path_are_openai_shaped(server):
+    code, headers, raw = request(server.http_port, "GET", COMPLETIONS)
+    assert code == 405 and json.loads(raw)["error"]["code"] == "405"
+    code, _, raw = request(server.http_port, "GET", "/openai/v1/nothing")
+    assert code == 404 and "error" in json.loads(raw)
+
+
+# --- streams on the wire -----------------------------------------------------------------------------------
+def test_raw_sse_framing_with_kserve_strings_and_framed_objects(server):
+    for doc in ({"model": "parrot", "prompt": "a b c", "stream": True},
+                {"model": "objects", "prompt": "ab", "stream": True}):
+        status, headers, raw = request(server.http_port, "POST", COMPLETIONS, json.dumps(doc).encode(),
+                                       {"Content-Type": "application/json", "x-request-id": "sse-1"})
+        assert status == 200 and headers["content-type"] == "text/event-stream", raw
+        assert headers["x-request-id"] == "sse-1" and headers["cache-control"] == "no-cache"
+        events = sse_events(raw)
+        assert events[-1] == "[DONE]" and events.count("[DONE]") == 1, events  # the model's own is not doubled
+        assert all(json.loads(e)["object"] == "text_completion" for e in events[:-1])
+
+
+def test_a_stream_survives_gzip(server):
+    doc = {"model": "parrot", "prompt": "x " * 300, "max_tokens": 300, "stream": True}
+    with httpx.Client() as http:
+        got = http.post(server.url + COMPLETIONS, json=doc, headers={"Accept-Encoding": "gzip"})
+    assert got.status_code == 200 and got.headers["content-encoding"] == "gzip"
+    events = sse_events(got.content)  # httpx undid the gzip
+    assert len(events) == 301 and events[-1] == "[DONE]"
+    status, _, raw = request(server.http_port, "POST", COMPLETIONS, json.dumps(doc).encode(),
+                             {"Content-Type": "application/json", "Accept-Encoding": "gzip"})
+    assert status == 200 and sse_events(gzip.decompress(raw))[-1] == "[DONE]"
+
+
+def test_an_error_mid_stream_is_the_last_event_before_done(server):
+    status, _, raw = request(server.http_port, "POST", COMPLETIONS,
+                             json.dumps({"model": "objects", "prompt": "midstream", "stream": True}).encode(),
+                             {"Content-Type": "application/json"})
+    assert status == 200
+    events = sse_events(raw)
+    assert json.loads(events[0])["choices"][0]["text"] == "one"
+    assert json.loads(events[1]) == {"error": {"message": "the model failed after one chunk",
+                                               "type": "BadRequestError", "param": None, "code": "400"}}
+    assert events[2:] == ["[DONE]"]
+    assert request(server.http_port, "GET", "/v2/health/live")[0] == 200
+
+
+def _open_stream(server, request_id: str) -> socket.socket:
+    """Start a slow streamed completion on a raw socket; return it once two events have arrived."""
+    body = json.dumps({"model": "objects", "prompt": "slow", "stream": True}).encode()
+    sock = socket.create_connection(("127.0.0.1", server.http_port), timeout=10)
+    sock.sendall(b"POST " + COMPLETIONS.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"x-request-id: " + request_id.encode() + b"\r\nContent-Length: " + str(len(body)).encode()
+                 + b"\r\n\r\n" + body)
+    received = b""
+    while received.count(b"data: ") < 2:  # each event is flushed as it is made: two arrive while it runs
+        chunk = sock.recv(65536)
+        assert chunk, received
+        received += chunk
+    assert b" 200 OK" in received.split(b"\r\n", 1)[0]
+    return sock
+
+
+def test_a_client_leaving_mid_stream_cancels_the_generator_within_a_second(server):
+    request_id = f"leave-{uuid.uuid4().hex}"
+    marker = os.path.join(server.markers, request_id)
+    sock = _open_stream(server, request_id)
+    assert not os.path.exists(marker)  # the stream is still running
+    sock.close()
+    left = time.monotonic()
+    while not os.path.exists(marker) and time.monotonic() - left < 5:
+        time.sleep(0.01)
+    took = time.monotonic() - left
+    assert os.path.exists(marker), "the model's generator was never closed"
+    assert took < 1.0, f"the generator was closed {took:.2f} s after the client left"
+    with open(marker) as f:
+        assert f.read() == "closed"
+
+
+# --- what the model is handed ------------------------------------------------------------------------------
+def test_raw_request_and_context(server):
+    status, headers, body = post(server, COMPLETIONS, {"model": "objects", "prompt": "whoami"},
+                                 {"x-custom": "yes", "x-request-id": "who-1"})
+    assert status == 200 and headers["x-model-header"] == "objects" and headers["x-request-id"] == "who-1"
+    about = json.loads(body["choices"][0]["text"])
+    assert about == {"url": f"http://127.0.0.1:{server.http_port}{COMPLETIONS}", "path": COMPLETIONS,
+                     "method": "POST", "client_host": "127.0.0.1", "header": "yes", "context_header": "yes",
+                     "disconnected": False, "pydantic": True}
+
+
+# --- lifecycle: metrics, access log ------------------------------------------------------------------------
+def scrape(server) -> dict:
+    out = {}
+    for family in text_string_to_metric_families(httpx.get(f"{server.url}/metrics").text):
+        for sample in family.samples:
+            out[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return out
+
+
+def value(samples, name, **labels):
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def test_llm_and_request_metrics(client, server):
+    before = scrape(server)
+    client.completions.create(model="parrot", prompt="one two three four", max_tokens=3)
+    list(client.chat.completions.create(model="parrot", max_tokens=2, stream=True,
+                                        messages=[{"role": "user", "content": "hello there"}]))
+    list(client.completions.create(model="objects", prompt="hey", stream=True))
+    after = scrape(server)
+
+    def grew(name, **labels):
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert grew("kserve_llm_prompt_tokens_total", model_name="parrot") == 4 + 3
+    assert grew("kserve_llm_completion_tokens_total", model_name="parrot") == 3 + 2
+    assert grew("kserve_llm_completion_tokens_total", model_name="objects") == 3
+    assert grew("kserve_llm_first_chunk_seconds_count", model_name="parrot") == 1
+    assert grew("kserve_llm_first_chunk_seconds_count", model_name="objects") == 1
+    assert grew("kserve_llm_chunk_gap_seconds_count", model_name="objects") == 3  # four chunks, three gaps
+    assert grew("kserve_requests_total", model_name="parrot", protocol="openai", endpoint="completions",
+                status="200") == 1
+    assert grew("kserve_requests_total", model_name="parrot", protocol="openai", endpoint="chat_completions",
+                status="200") == 1
+    assert grew("kserve_streams_total", model_name="objects", protocol="openai") == 1
+
+
+def test_one_access_line_per_call_with_the_model(server):
+    post(server, COMPLETIONS, {"model": "parrot", "prompt": "a"}, {"x-request-id": "acc-1"})
+    post(server, COMPLETIONS, {"model": "nope", "prompt": "a"}, {"x-request-id": "acc-2"})
+    deadline = time.monotonic() + 10
+    while "ACCESS acc-2 " not in server.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lines = [line.split("ACCESS ", 1)[1] for line in server.log().splitlines() if "ACCESS acc-" in line]
+    assert lines == ["acc-1 openai completions parrot 200", "acc-2 openai completions - 404"], lines
+
+
+# --- beside v1, v2 and gRPC; models loaded later -----------------------------------------------------------
+def test_v1_v2_and_grpc_keep_working(server):
+    status, _, body = post_json(server.http_port, "/v1/models/echo:predict", {"instances": [1, 2]})
+    assert status == 200 and body == {"predictions": [1, 2]}
+    assert request(server.http_port, "GET", "/v2/models/echo/ready")[0] == 200
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        assert grpc.is_server_live() and grpc.is_model_ready("echo")
+    finally:
+        grpc.close()
+
+
+def test_a_chat_model_loaded_later_gets_its_routes(server, client):
+    assert_openai_error(post(server, COMPLETIONS, {"model": "late-one", "prompt": "x"}), 404,
+                        "Model with name late-one does not exist.")
+    status, _, body = request(server.http_port, "POST", "/v2/repository/models/late-one/load", b"")
+    assert status == 200, body
+    for _ in range(4):  # with two workers, both answer
+        got = client.chat.completions.create(model="late-one", messages=[{"role": "user", "content": "hi"}])
+        assert got.model == "late-one" and got.choices[0].message.content == "user: hi"
+    assert "late-one" in {m.id for m in client.models.list().data}
+
+
+@pytest.fixture(scope="module", params=["1", "2"], ids=["workers1", "workers2"])
+def v1_server(start_server, request):
+    return start_server("tests/models/openai_models.py", "--workers", request.param, grpc=False,
+                        env={"OPENAI_TEST_V1_ONLY": "1"})
+
+
+def test_a_server_without_openai_models_has_no_openai_routes_until_one_is_loaded(v1_server):
+    code, _, raw = request(v1_server.http_port, "GET", "/openai/v1/models")
+    assert code == 404 and json.loads(raw)["error"]["message"] == "no route for GET /openai/v1/models"
+    assert_openai_error(post(v1_server, COMPLETIONS, {"model": "echo", "prompt": "x"}), 404,
+                        "no route for POST /openai/v1/completions")
+    status, _, body = post_json(v1_server.http_port, "/v1/models/echo:predict", {"instances": ["pydantic"]})
+    assert status == 200 and body == {"predictions": ["pydantic"]}
+    status, _, body = request(v1_server.http_port, "POST", "/v2/repository/models/late-two/load", b"")
+    assert status == 200, body
+    for _ in range(4):
+        status, _, body = post(v1_server, COMPLETIONS, {"model": "late-two", "prompt": "a b c", "max_tokens": 2})
+        assert status == 200 and body["choices"][0]["text"] == "a b", body
+    status, _, raw = request(v1_server.http_port, "GET", "/openai/v1/models")
+    assert status == 200 and [m["id"] for m in json.loads(raw)["data"]] == ["late-two"]
+
+
+def test_a_plain_v1_v2_server_never_imports_pydantic(start_server):
+    plain = start_server("tests/models/modules.py", grpc=False)
+    assert request(plain.http_port, "GET", "/openai/v1/models")[0] == 404
+    assert post(plain, COMPLETIONS, {"model": "modules", "prompt": "x"})[0] == 404
+    status, _, body = post_json(plain.http_port, "/v1/models/modules:predict",
+                                {"instances": ["pydantic", "kserve_sdk.protocol.rest.openai.types"]})
+    assert status == 200 and body == {"predictions": [False, False]}, body
