@@ -100,7 +100,7 @@ class OpenAIProxyModel(OpenAIGenerativeModel):
         await _call_hook(self.preprocess_completion_request, request, raw_request)
         if request.stream:
             return await self._stream(self._completions_endpoint, request, raw_request, context, CompletionChunk,
-                                      self.postprocess_completion_chunk, "postprocess_completion_chunk")
+                                      "postprocess_completion_chunk")
         completion = await self.generate_completion(request, raw_request, context)
         await _call_hook(self.postprocess_completion, completion, request, raw_request)
         return self._outgoing(completion)
@@ -112,8 +112,7 @@ class OpenAIProxyModel(OpenAIGenerativeModel):
         await _call_hook(self.preprocess_chat_completion_request, request, raw_request)
         if request.stream:
             return await self._stream(self._chat_completions_endpoint, request, raw_request, context,
-                                      ChatCompletionChunk, self.postprocess_chat_completion_chunk,
-                                      "postprocess_chat_completion_chunk")
+                                      ChatCompletionChunk, "postprocess_chat_completion_chunk")
         chat_completion = await self.generate_chat_completion(request, raw_request, context)
         await _call_hook(self.postprocess_chat_completion, chat_completion, request, raw_request)
         return self._outgoing(chat_completion)
@@ -156,9 +155,8 @@ class OpenAIProxyModel(OpenAIGenerativeModel):
         return headers
 
     async def _post(self, url: str, request: BaseModel, raw_request: Any, context: Optional[Dict[str, Any]]) -> bytes:
-        body = request.model_dump_json(exclude_unset=True, exclude_none=True).encode()
         try:
-            status, answer = await self._http_client.post(url, body, self._headers(raw_request, context))
+            status, answer = await self._http_client.post(url, _body(request), self._headers(raw_request, context))
         except UpstreamError as e:
             raise _transport_error(e) from None
         if status >= 400:
@@ -166,22 +164,20 @@ class OpenAIProxyModel(OpenAIGenerativeModel):
         return answer
 
     async def _stream(self, url: str, request: BaseModel, raw_request: Any, context: Optional[Dict[str, Any]],
-                      chunk_type: Type[BaseModel], hook: Any, hook_name: str) -> AsyncIterator[Any]:
+                      chunk_type: Type[BaseModel], hook_name: str) -> AsyncIterator[Any]:
         """Open the upstream stream (its failures are raised here, before the answer starts) and return
-        its chunks: parsed objects through ``hook``, or, when there is nothing to check or change, the
-        upstream's event lines as they are."""
-        body = request.model_dump_json(exclude_unset=True, exclude_none=True).encode()
-        headers = self._headers(raw_request, context)
-        headers["Accept"] = "text/event-stream"
+        its chunks: parsed objects through the hook ``hook_name``, or, when there is nothing to check or
+        change, the upstream's event lines as they are."""
+        headers = {**self._headers(raw_request, context), "Accept": "text/event-stream"}
         try:
-            status, answer, lines = await self._http_client.post_stream(url, body, headers)
+            status, answer, lines = await self._http_client.post_stream(url, _body(request), headers)
         except UpstreamError as e:
             raise _transport_error(e) from None
         if lines is None:
             raise upstream_error(status, answer)
         if self.skip_upstream_validation and not _overridden(self, hook_name):
             return _passed_through(lines)
-        return self._chunks(lines, chunk_type, hook, request, raw_request)
+        return self._chunks(lines, chunk_type, getattr(self, hook_name), request, raw_request)
 
     async def _chunks(self, lines: AsyncIterator[bytes], chunk_type: Type[BaseModel], hook: Any,
                       request: BaseModel, raw_request: Any) -> AsyncIterator[Any]:
@@ -232,6 +228,11 @@ def upstream_error(status: Optional[int], body: bytes) -> OpenAIError:
     if status and response.error.code != str(int(status)):
         response.error.code = str(int(status))  # the status the client gets is the upstream's
     return OpenAIError(response)
+
+
+def _body(request: BaseModel) -> bytes:
+    """The request as sent upstream: the fields the client set (KServe's choice)."""
+    return request.model_dump_json(exclude_unset=True, exclude_none=True).encode()
 
 
 def _transport_error(exc: UpstreamError) -> OpenAIError:
