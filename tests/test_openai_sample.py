@@ -98,3 +98,23 @@ def test_the_client_scripts_print_what_the_readme_says(server):
     run = [sys.executable, "search_client.py", "--url", server.url, "When do the fishing boats come home?"]
     assert subprocess.run(run, cwd=SAMPLE, capture_output=True, text=True, timeout=60, check=True).stdout.strip() == \
         "Fishing boats leave the harbour at dawn and come home when the wind turns cold."
+
+
+def test_the_docs_example_serves_as_written(start_server, tmp_path):
+    """docs/openai.md's model example, saved as a file and served; its curl and openai client examples."""
+    import re
+    with open(os.path.join(ROOT, "docs", "openai.md")) as f:
+        blocks = re.findall(r"^```(\w+)\n(.*?)^```", f.read(), re.M | re.S)
+    model = next(code for lang, code in blocks if lang == "python" and "__main__" in code)
+    (tmp_path / "parrot.py").write_text(model)
+    served = start_server(str(tmp_path / "parrot.py"), grpc=False)
+    local = lambda text: text.replace("localhost:8080", f"127.0.0.1:{served.http_port}")  # noqa: E731
+    curls = [line for lang, code in blocks if lang == "sh" for line in code.replace("\\\n", " ").splitlines()
+             if line.startswith("curl") and "parrot" in line]
+    assert len(curls) == 2
+    for command in curls:
+        out = subprocess.run(local(command), shell=True, capture_output=True, text=True, timeout=30, check=True).stdout
+        assert "hello" in out and "there" in out, (command, out)
+    client = next(code for lang, code in blocks if lang == "python" and "OpenAI(base_url" in code and "parrot" in code)
+    out = subprocess.run([sys.executable, "-c", local(client)], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout == "hello there\nhello there ", out
