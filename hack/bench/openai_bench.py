@@ -19,14 +19,13 @@ The closing lines give ours ÷ each other target, beside the goals: ≥ 0.8× ge
 """
 
 import functools
-import json
 import os
 import shutil
-import subprocess
 import sys
 
 import benchlib
-from benchlib import HERE, HOST, REPO, Case, LoadResult, Target
+import stream_bench
+from benchlib import HERE, HOST, REPO, Case, Target
 
 MODEL = "tok"
 TARGETS = ["ours", "generate", "kserve", "litserve"]
@@ -82,6 +81,7 @@ def make_targets(names, args, workdir):
 
 
 def run_client(args, target, case, *extra, timeout):
+    """openai_client.py against the target, on the route of the case (generate: generate_stream)."""
     route = "generate" if target.name == "generate" else case.proto
     model = "tok-gen" if route == "generate" else MODEL
     prefix = "" if target.name == "litserve" else "/openai"
@@ -89,34 +89,7 @@ def run_client(args, target, case, *extra, timeout):
            "--host", HOST, "--port", str(target.port), "--route", route, "--prefix", prefix, "--model", model,
            "--count", str(args.count), "--conc", str(case.conc), "--stream-timeout", str(args.stream_timeout),
            *extra]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, start_new_session=True)
-    except subprocess.TimeoutExpired:
-        return None, f"openai_client.py did not finish in {timeout:.0f}s"
-    for line in r.stdout.splitlines():
-        if line.startswith("STREAM_RESULT "):
-            return json.loads(line.split(" ", 1)[1]), None
-    return None, f"openai_client.py failed (rc={r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}"
-
-
-def check(args, target, case, payload):
-    """Two streams per worker of the case; each must bring exactly --count right chunks."""
-    n = 2 * case.conc
-    res, err = run_client(args, target, case, "--streams", str(n), timeout=n * args.stream_timeout + 30)
-    if res is None:
-        return err
-    if res["streams_ok"] != n:
-        return f"{res['streams_ok']}/{n} streams correct; {res['sample']}"
-    return None
-
-
-def load(args, target, case, payload, seconds):
-    res, err = run_client(args, target, case, "--duration", str(seconds), timeout=seconds + args.stream_timeout + 30)
-    if res is None:
-        return None, err
-    return LoadResult(seconds=res["elapsed_s"], total=res["responses"], ok=res["responses_ok"],
-                      p50_ms=res.get("ttfr_p50_ms"), p99_ms=res.get("ttfr_p99_ms"),
-                      errors={"bad": res["streams_bad"], "failed": res["streams_failed"]}), None
+    return stream_bench.stream_result(cmd, timeout)
 
 
 def report(rows, targets, cases):
@@ -150,8 +123,10 @@ def parser():
 def spec(args):
     """This bench as a benchlib.Bench for the parsed args."""
     return benchlib.Bench(tag="openai_bench", cases=CASES, proto="http",
-                          make_payload=lambda case, workdir: None, check=functools.partial(check, args),
-                          load=load, err_cols=[("bad", "bad"), ("failed", "failed")],
+                          make_payload=lambda case, workdir: None,
+                          check=functools.partial(stream_bench.check, args, run_client=run_client),
+                          load=functools.partial(stream_bench.load, run_client=run_client),
+                          err_cols=[("bad", "bad"), ("failed", "failed")],
                           banner=f"openai_client.py in its own process ({sys.executable.split('/')[-1]}), "
                                  f"{args.count} chunks per stream",
                           make_targets=make_targets, base="ours", report=report,
