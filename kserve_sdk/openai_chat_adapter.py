@@ -2,6 +2,7 @@
 ``apply_chat_template(request) -> ChatPrompt`` and ``create_completion``; a chat request becomes a
 completion request of the template's prompt, and the completion (or each streamed chunk) becomes the chat
 answer (``chat.completion``, ``chat.completion.chunk``), as in KServe."""
+import functools
 import inspect
 from abc import abstractmethod
 from typing import Any, AsyncIterator, Dict, List, Optional, Union
@@ -28,6 +29,13 @@ class ChatPrompt(BaseModel):
 
 def _token_bytes(token: str) -> List[int]:
     return list(token.encode("utf-8"))
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_context(method: Any) -> bool:
+    """Whether a ``create_completion`` accepts a third argument, ``context``."""
+    parameters = list(inspect.signature(method).parameters.values())
+    return len(parameters) >= 4 or any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters)
 
 
 def _as_chunk(item: Any) -> Optional[CompletionChunk]:
@@ -57,7 +65,8 @@ class OpenAIChatAdapterModel(OpenAIGenerativeModel):
         max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
         return CompletionRequest(
             prompt=prompt, model=request.model, frequency_penalty=request.frequency_penalty,
-            logit_bias=request.logit_bias, max_tokens=max_tokens, n=request.n, presence_penalty=request.presence_penalty,
+            logit_bias=request.logit_bias, max_tokens=max_tokens, n=request.n,
+            presence_penalty=request.presence_penalty,
             seed=request.seed, stop=request.stop, stream=request.stream, stream_options=request.stream_options,
             temperature=request.temperature, top_p=request.top_p, user=request.user,
             logprobs=request.top_logprobs if request.logprobs else None, request_id=request.request_id)
@@ -75,19 +84,22 @@ class OpenAIChatAdapterModel(OpenAIGenerativeModel):
         return ChatCompletionLogProbs(content=content)
 
     @classmethod
+    def _choice_logprobs(cls, choice: Union[CompletionChoice, CompletionChunkChoice]
+                         ) -> Optional[ChatCompletionLogProbs]:
+        return cls.to_choice_logprobs(choice.logprobs) if choice.logprobs is not None else None
+
+    @classmethod
     def to_chat_completion_choice(cls, completion_choice: CompletionChoice, role: str) -> ChatCompletionChoice:
         """A completion's choice as a chat answer's."""
-        logprobs = completion_choice.logprobs
         return ChatCompletionChoice(index=0, finish_reason=completion_choice.finish_reason,
-                                    logprobs=cls.to_choice_logprobs(logprobs) if logprobs is not None else None,
+                                    logprobs=cls._choice_logprobs(completion_choice),
                                     message=ChatMessage(content=completion_choice.text, role=role))
 
     @classmethod
     def to_chat_completion_chunk_choice(cls, completion_choice: CompletionChunkChoice, role: str) -> ChunkChoice:
         """A streamed completion choice as a chat chunk's."""
-        logprobs = completion_choice.logprobs
         return ChunkChoice(index=0, finish_reason=completion_choice.finish_reason,
-                           logprobs=cls.to_choice_logprobs(logprobs) if logprobs is not None else None,
+                           logprobs=cls._choice_logprobs(completion_choice),
                            delta=ChoiceDelta(content=completion_choice.text, role=role))
 
     @classmethod
@@ -117,7 +129,10 @@ class OpenAIChatAdapterModel(OpenAIGenerativeModel):
         if inspect.isawaitable(chat_prompt):
             chat_prompt = await chat_prompt
         params = self.chat_completion_params_to_completion_params(request, chat_prompt.prompt)
-        result = await self.create_completion(params, raw_request, context)
+        if _takes_context(type(self).create_completion):
+            result = await self.create_completion(params, raw_request, context)
+        else:  # written for KServe's adapter, which passes (request, raw_request) only
+            result = await self.create_completion(params, raw_request)
         if isinstance(result, ErrorResponse):
             return result
         if not request.stream:

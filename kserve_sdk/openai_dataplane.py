@@ -69,7 +69,7 @@ async def openai_call(dataplane: DataPlane, endpoint: str, name: str, request: A
     try:
         with naming_the_model(name):
             answer = await getattr(model, method_name)(request, raw_request=raw_request, context=context)
-        streams = hasattr(answer, "__aiter__") and not isinstance(answer, dict)
+        streams = hasattr(answer, "__aiter__")
         ok = True
     finally:
         dataplane.end_request(name)

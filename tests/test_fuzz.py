@@ -266,9 +266,11 @@ def _problem(case, response, mode):
     status = response.status_code
     where = f"{case.method} {case.formatted_path} -> {status}"
     content_type = " ".join(response.headers.get("content-type", []))
+    openai_route = case.path.startswith("/openai/")  # errors in OpenAI's shape: {"error": {"message": ...}}
     if status >= 500 and status not in (501, 503):
         try:
             message = response.json().get("error", "")
+            message = message.get("message", "") if openai_route and isinstance(message, dict) else message
         except ValueError:
             message = response.text[:200]
         if "(model '" not in message and "model '" not in message:
@@ -278,13 +280,17 @@ def _problem(case, response, mode):
             doc = response.json()
         except ValueError:
             return f"{where}: error body is not JSON"
-        if set(doc) != {"error"} or not isinstance(doc["error"], str):
+        if openai_route:
+            if set(doc) != {"error"} or not isinstance(doc["error"], dict) or \
+                    not isinstance(doc["error"].get("message"), str):
+                return f"{where}: error body {doc!r} is not OpenAI's {{'error': {{'message': str, ...}}}}"
+        elif set(doc) != {"error"} or not isinstance(doc["error"], str):
             return f"{where}: error body {doc!r} is not {{'error': str}}"
     if "event-stream" in content_type:
         # schemathesis validates parsed SSE events against the document's `type: string`; check the events
         # are JSON documents instead
         for line in response.text.splitlines():
-            if line.startswith("data: "):
+            if line.startswith("data: ") and line != "data: [DONE]":  # OpenAI streams end with [DONE]
                 try:
                     orjson.loads(line[6:])
                 except orjson.JSONDecodeError:

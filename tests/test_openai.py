@@ -13,9 +13,9 @@ import httpx
 import openai
 import pytest
 import tritonclient.grpc as grpcclient
-from prometheus_client.parser import text_string_to_metric_families
 
 from rawhttp import post_json, request
+from test_operations import scrape, value
 
 ACCESS = "ACCESS %(request_id)s %(protocol)s %(endpoint)s %(model)s %(status)s"
 COMPLETIONS = "/openai/v1/completions"
@@ -118,6 +118,11 @@ def test_chat_with_n_other_than_1_is_refused_by_the_adapter(client, server):
                         400, "n != 1 is not supported", kind="BadRequestError")
 
 
+def test_chat_through_an_adapter_model_written_for_kserve(client):
+    got = client.chat.completions.create(model="kserve-style", messages=[{"role": "user", "content": "abc"}])
+    assert got.choices[0].message.content == "cba" and got.choices[0].message.role == "assistant"
+
+
 def test_chat_of_a_generative_model_with_chunk_objects(client):
     got = client.chat.completions.create(model="objects", messages=[{"role": "user", "content": "abc"}])
     assert got.object == "chat.completion" and got.choices[0].message.content == "cba"
@@ -177,6 +182,8 @@ MODEL_ERRORS = [
      "BadRequestError"),
     ("invalid-input", {"model": "objects", "prompt": "invalid"}, 400, "the prompt is not acceptable", None),
     ("model-fault", {"model": "objects", "prompt": "crash"}, 500, "ZeroDivisionError", "InternalServerError"),
+    ("not-an-answer", {"model": "objects", "prompt": "not-an-answer"}, 500,
+     "model 'objects' returned a response that cannot be encoded: TypeError: the answer is a str", None),
     ("openai-error-text", {"model": "objects", "prompt": "openai-error-text"}, 500, "a plain message", None),
     ("no-model", {"prompt": "x"}, 400, "the request must name its model", None),
 ]
@@ -212,7 +219,8 @@ def test_a_returned_error_response_and_a_raised_openai_error_keep_their_code(ser
     status, _, body = post(server, COMPLETIONS, {"model": "objects", "prompt": "error-response"})
     assert status == 418 and body == {"error": {"code": "418", "message": "I am a teapot", "param": "prompt",
                                                 "type": "Teapot"}}
-    status, _, body = post(server, CHAT, {"model": "objects", "messages": [{"role": "user", "content": "openai-error"}]})
+    status, _, body = post(server, CHAT, {"model": "objects",
+                                          "messages": [{"role": "user", "content": "openai-error"}]})
     assert status == 429 and body == {"error": {"code": "429", "message": "slow down", "param": "",
                                                 "type": "RateLimitError"}}
     status, _, body = post(server, COMPLETIONS, {"model": "objects", "prompt": "error-response", "stream": True})
@@ -242,6 +250,38 @@ def test_malformed_bodies_are_400_naming_the_field(server, path, doc, message, p
     assert_openai_error(post(server, path, doc), 400, message, param=param, kind="BadRequestError")
 
 
+VALID = {
+    COMPLETIONS: {"model": "parrot", "prompt": "a b", "max_tokens": 2, "stream": False, "n": 1, "stop": ["x"],
+                  "temperature": 0.5, "logprobs": 1, "stream_options": None, "response_format": {"type": "text"}},
+    CHAT: {"model": "parrot", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "n": 1,
+           "tools": None, "tool_choice": "none", "logprobs": False},
+    "/openai/v1/embeddings": {"model": "hasher", "input": ["a"], "encoding_format": "float", "dimensions": 3},
+    "/openai/v1/rerank": {"model": "hasher", "query": "a", "documents": ["a"], "top_n": 1},
+}
+ODD_VALUES = [None, -1, 2 ** 70, 1.5, "x", "", [], [None], [[]], {}, {"a": {"b": []}}, True, "\u00e9\x00"]
+
+
+@pytest.mark.parametrize("path", sorted(VALID))
+def test_any_wrong_field_is_400_in_openai_shape_never_a_fault(server, path):
+    """Each field of a valid request set to each of a set of odd values: answered (200) or refused (400)
+    naming the field, never a 422 nor a 5xx but the model's own (the test models trust valid requests)."""
+    for field in VALID[path]:
+        for odd in ODD_VALUES:
+            doc = json.dumps({**VALID[path], field: odd}).encode()
+            status, headers, raw = request(server.http_port, "POST", path, doc, {"Content-Type": "application/json"})
+            if headers["content-type"] == "text/event-stream":
+                assert status == 200 and sse_events(raw)[-1] == "[DONE]"
+                continue
+            body = json.loads(raw)
+            model_fault = status == 500 and "(model '" in body["error"]["message"]
+            assert status in (200, 400, 404) or model_fault, (field, odd, status, body)
+            if status != 200:
+                assert_openai_error((status, headers, body), status, "", param=body["error"]["param"])
+                if status == 400 and field != "model" and "invalid request" in body["error"]["message"]:
+                    assert body["error"]["param"].split("[")[0].split(".")[0] == field, (field, odd, body)
+    assert request(server.http_port, "GET", "/v2/health/live")[0] == 200
+
+
 def test_unknown_request_fields_are_accepted(client):
     got = client.completions.create(model="parrot", prompt="a b", extra_body={"frobnicate": True, "top_k": 3})
     assert got.choices[0].text == "a b"
@@ -257,7 +297,8 @@ def test_wrong_method_and_unknown_path_are_openai_shaped(server):
 # --- streams on the wire -----------------------------------------------------------------------------------
 def test_raw_sse_framing_with_kserve_strings_and_framed_objects(server):
     for doc in ({"model": "parrot", "prompt": "a b c", "stream": True},
-                {"model": "objects", "prompt": "ab", "stream": True}):
+                {"model": "objects", "prompt": "ab", "stream": True},
+                {"model": "objects", "prompt": "json-strings", "stream": True}):
         status, headers, raw = request(server.http_port, "POST", COMPLETIONS, json.dumps(doc).encode(),
                                        {"Content-Type": "application/json", "x-request-id": "sse-1"})
         assert status == 200 and headers["content-type"] == "text/event-stream", raw
@@ -265,6 +306,16 @@ def test_raw_sse_framing_with_kserve_strings_and_framed_objects(server):
         events = sse_events(raw)
         assert events[-1] == "[DONE]" and events.count("[DONE]") == 1, events  # the model's own is not doubled
         assert all(json.loads(e)["object"] == "text_completion" for e in events[:-1])
+
+
+def test_one_answer_to_a_stream_request_is_its_only_event(server):
+    status, headers, raw = request(server.http_port, "POST", COMPLETIONS,
+                                   json.dumps({"model": "objects", "prompt": "whoami", "stream": True}).encode(),
+                                   {"Content-Type": "application/json"})
+    assert status == 200 and headers["content-type"] == "text/event-stream"
+    events = sse_events(raw)
+    assert len(events) == 2 and events[1] == "[DONE]"
+    assert json.loads(events[0])["object"] == "text_completion" and headers["x-model-header"] == "objects"
 
 
 def test_a_stream_survives_gzip(server):
@@ -336,18 +387,6 @@ def test_raw_request_and_context(server):
 
 
 # --- lifecycle: metrics, access log ------------------------------------------------------------------------
-def scrape(server) -> dict:
-    out = {}
-    for family in text_string_to_metric_families(httpx.get(f"{server.url}/metrics").text):
-        for sample in family.samples:
-            out[(sample.name, frozenset(sample.labels.items()))] = sample.value
-    return out
-
-
-def value(samples, name, **labels):
-    return samples.get((name, frozenset(labels.items())), 0.0)
-
-
 def test_llm_and_request_metrics(client, server):
     before = scrape(server)
     client.completions.create(model="parrot", prompt="one two three four", max_tokens=3)
@@ -434,3 +473,42 @@ def test_a_plain_v1_v2_server_never_imports_pydantic(start_server):
     status, _, body = post_json(plain.http_port, "/v1/models/modules:predict",
                                 {"instances": ["pydantic", "kserve_sdk.protocol.rest.openai.types"]})
     assert status == 200 and body == {"predictions": [False, False]}, body
+
+
+# --- the answers fit protocol/rest_v1.yaml -----------------------------------------------------------------
+DOCUMENTED = [
+    ("completion", COMPLETIONS, {"model": "parrot", "prompt": "a b"}, 200),
+    ("chat", CHAT, {"model": "parrot", "messages": [{"role": "user", "content": "hi"}]}, 200),
+    ("embeddings", "/openai/v1/embeddings", {"model": "hasher", "input": "a b"}, 200),
+    ("rerank", "/openai/v1/rerank", {"model": "hasher", "query": "a", "documents": ["a", "b"]}, 200),
+    ("bad-body", COMPLETIONS, {"model": "parrot", "prompt": "a", "max_tokens": "x"}, 400),
+    ("unknown-model", CHAT, {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}, 404),
+    ("not-ready", COMPLETIONS, {"model": "sleepy", "prompt": "a"}, 503),
+    ("model-fault", COMPLETIONS, {"model": "objects", "prompt": "crash"}, 500),
+]
+
+
+@pytest.mark.parametrize("path,doc,status", [c[1:] for c in DOCUMENTED], ids=[c[0] for c in DOCUMENTED])
+def test_answers_fit_the_openapi_document(server, path, doc, status):
+    from kserve_sdk.handlers.docs import openapi_document
+    from test_docs import check_request, check_response
+
+    document, body = openapi_document(), json.dumps(doc).encode()
+    if status == 200:  # the others are wrong on purpose
+        check_request(document, path, "post", body, "application/json")
+    got, headers, raw = request(server.http_port, "POST", path, body, {"Content-Type": "application/json"})
+    assert got == status, raw
+    check_response(document, path, "post", status, headers, raw)
+    for url, documented in [("/openai/v1/models", "/openai/v1/models"),
+                            ("/openai/v1/models/parrot", "/openai/v1/models/{model_name}")]:
+        got, headers, raw = request(server.http_port, "GET", url)
+        check_response(document, documented, "get", got, headers, raw)
+
+
+def test_the_route_prefix_comes_from_the_environment(start_server):
+    moved = start_server("tests/models/openai_models.py", grpc=False, env={"KSERVE_OPENAI_ROUTE_PREFIX": "llm/"})
+    with openai.OpenAI(base_url=f"{moved.url}/llm/v1", api_key="unused", max_retries=0, timeout=30) as moved_client:
+        got = moved_client.completions.create(model="parrot", prompt="a b", max_tokens=1)
+        assert got.choices[0].text == "a" and "parrot" in {m.id for m in moved_client.models.list().data}
+    code, _, raw = request(moved.http_port, "GET", "/openai/v1/models")
+    assert code == 404 and json.loads(raw) == {"error": "no route for GET /openai/v1/models"}

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from tornado.web import HTTPError
 
 from ..openai_dataplane import not_an_openai_model, openai_call, openai_models, resolve_model_name, serves_openai
-from .base import cancel_on_disconnect
+from .base import cancel_on_disconnect, encoded
 from .streaming import StreamingHandler
 
 _STARTED = int(time.time())
@@ -75,10 +75,11 @@ class _InferenceHandler(_OpenAIHandler):
             raise OpenAIError(answer)  # answered by write_error, with its code as the status
         if hasattr(answer, "__aiter__"):  # a stream (sent as one even if the client did not ask for it)
             return await self._send_chunks(answer, context)
+        body = encoded(name, encode_answer, answer)
         if getattr(request, "stream", False):  # one answer to a stream request: its only event
-            return await self._send_chunks(_one(answer), context)
+            return await self._send_chunks(_one(b"data: " + body + b"\n\n"), context)
         self.set_status(context["response"].status_code)
-        self.send_body(encode_answer(answer), headers=context["response"].headers)
+        self.send_body(body, headers=context["response"].headers)
 
     async def _send_chunks(self, chunks: Any, context: Dict[str, Any]) -> None:
         from ..protocol.rest.openai.codec import DONE_EVENT, encode_event
@@ -166,4 +167,4 @@ def routes() -> List[Tuple[str, type]]:
     p = route_prefix()
     return [(rf"{p}/v1/completions", CompletionsHandler), (rf"{p}/v1/chat/completions", ChatCompletionsHandler),
             (rf"{p}/v1/embeddings", EmbeddingsHandler), (rf"{p}/v1/rerank", RerankHandler),
-            (rf"{p}/v1/models", ModelsHandler), (rf"{p}/v1/models/(.+)", ModelsHandler)]
+            (rf"{p}/v1/models", ModelsHandler), (rf"{p}/v1/models/([^/]+?)", ModelsHandler)]

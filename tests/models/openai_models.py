@@ -6,6 +6,7 @@ v1 model; a repository loads ``late-<name>`` chat models on demand through ``/v2
 - ``objects``: an OpenAIGenerativeModel streaming chunk objects and dicts, which the server frames; special
   prompts answer each kind of error, report the raw request, or stream slowly and write a file named by
   the request's ``x-request-id`` into ``$OPENAI_TEST_MARKERS`` when its stream is closed early.
+- ``kserve-style``: an adapter model whose ``create_completion`` takes no ``context``, as KServe's allow.
 - ``hasher``: an OpenAIEncoderModel (word-count embeddings, word-overlap rerank).
 - ``sleepy``: never ready. ``echo``: a v1 model (the only one with ``OPENAI_TEST_V1_ONLY`` set).
 """
@@ -58,6 +59,17 @@ class Parrot(OpenAIChatAdapterModel):
         return chunks()
 
 
+class KServeStyle(OpenAIChatAdapterModel):
+    """Written for KServe's adapter: ``create_completion(request, raw_request=None)``, without ``context``."""
+
+    def apply_chat_template(self, request):
+        return ChatPrompt(prompt=request.messages[-1]["content"])
+
+    async def create_completion(self, request, raw_request=None):
+        return Completion(model=self.name, usage=usage(1, 1),
+                          choices=[CompletionChoice(index=0, text=request.prompt[::-1], finish_reason="stop")])
+
+
 def marker(raw_request, what):
     """Write ``what`` into the marker file of this request (named by its x-request-id)."""
     folder = os.environ.get("OPENAI_TEST_MARKERS")
@@ -91,6 +103,11 @@ class Objects(OpenAIGenerativeModel):
             except (GeneratorExit, asyncio.CancelledError):
                 marker(raw_request, "closed")
                 raise
+            return
+        if prompt == "json-strings":  # JSON text without the "data: " framing: the server frames it
+            for letter in "xy":
+                yield json.dumps({"id": "cmpl-j", "object": "text_completion", "model": self.name,
+                                  "choices": [{"index": 0, "text": letter}]})
             return
         if prompt == "midstream":
             yield {"id": "cmpl-m", "model": self.name, "choices": [{"index": 0, "text": "one"}]}
@@ -130,6 +147,8 @@ class Objects(OpenAIGenerativeModel):
             raise InvalidInput("the prompt is not acceptable")
         if prompt == "crash":
             return 1 / 0
+        if prompt == "not-an-answer":
+            return "just text"
         if prompt == "whoami":
             context["response"].headers["x-model-header"] = "objects"
             about = {"url": str(raw_request.url), "path": raw_request.url.path, "method": raw_request.method,
@@ -190,7 +209,8 @@ class Repository(ModelRepository):
 
 
 if __name__ == "__main__":
-    models = [Parrot("parrot"), Objects("objects"), Hasher("hasher"), Sleepy("sleepy"), Echo("echo")]
+    models = [Parrot("parrot"), Objects("objects"), Hasher("hasher"), Sleepy("sleepy"), Echo("echo"),
+              KServeStyle("kserve-style")]
     if os.environ.get("OPENAI_TEST_V1_ONLY"):  # no OpenAI model until one is loaded
         models = [Echo("echo")]
     kserve.ModelServer(registered_models=Repository()).start(models)

@@ -46,24 +46,30 @@ def decode_request(endpoint: str, body: bytes) -> BaseModel:
         return kind.model_validate(doc)
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
-        raise InvalidField(f"invalid request: {describe_validation_error(e)}", field_path(first["loc"]) or None) from None
+        param = field_path(first["loc"]) or None
+        raise InvalidField(f"invalid request: {describe_validation_error(e)}", param) from None
 
 
 def encode_answer(answer: Any) -> bytes:
-    """A model's whole answer (a response object, or a dict of its fields) as JSON."""
+    """A model's whole answer (a response object, or a dict of its fields) as JSON; TypeError for anything
+    else."""
     if isinstance(answer, BaseModel):
         return answer.model_dump_json(exclude_none=True).encode("utf-8")
+    if not isinstance(answer, dict):
+        raise TypeError(f"the answer is a {type(answer).__name__}, not an OpenAI response object or a dict")
     return orjson_dumps(answer)
 
 
 def encode_event(item: Any) -> bytes:
     """One streamed item as a Server-Sent Event: a preformatted ``"data: ..."`` string as is (KServe's
-    contract), a chunk object or dict framed here; the model's own ``[DONE]`` is dropped, since the server
-    sends it last (after an error event too)."""
+    contract), any other text, a chunk object or a dict framed here; the model's own ``[DONE]`` is dropped,
+    since the server sends it last (after an error event too)."""
     if isinstance(item, str):
         item = item.encode("utf-8")
     if isinstance(item, (bytes, bytearray)):
-        return b"" if item.strip() == DONE_EVENT.strip() else bytes(item)
+        if item.startswith(b"data:"):
+            return b"" if item.strip() == DONE_EVENT.strip() else bytes(item)
+        return b"data: " + bytes(item).strip() + b"\n\n"
     if isinstance(item, BaseModel):
         return b"data: " + item.model_dump_json(exclude_none=True).encode("utf-8") + b"\n\n"
     return b"data: " + orjson_dumps(item) + b"\n\n"

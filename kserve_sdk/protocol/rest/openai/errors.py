@@ -3,16 +3,15 @@
 from http import HTTPStatus
 from typing import Union
 
+from ..error_response import ErrorResponseException
 from .types import Error, ErrorResponse
 
 
-class OpenAIError(Exception):
+class OpenAIError(ErrorResponseException):
     """Raise it from a model's method to answer with an ``ErrorResponse`` (its ``error.code`` is the HTTP
     status) or with a message (answered 500, as in KServe)."""
 
-    def __init__(self, response: Union[str, ErrorResponse]):
-        super().__init__(response)
-        self.response = response
+    response: Union[str, ErrorResponse]
 
     @property
     def http_status(self) -> int:
@@ -23,11 +22,6 @@ class OpenAIError(Exception):
             if code is not None and code.isdigit() and 400 <= int(code) <= 599:
                 return int(code)
         return int(HTTPStatus.INTERNAL_SERVER_ERROR)
-
-    def __str__(self) -> str:
-        if isinstance(self.response, ErrorResponse):
-            return self.response.error.message
-        return str(self.response)
 
 
 def create_error_response(message: str, err_type: str = "BadRequestError", param: str = "",

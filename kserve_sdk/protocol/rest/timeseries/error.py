@@ -3,21 +3,15 @@ raise, and ``create_error_response`` to build the ``ErrorResponse`` it returns o
 from http import HTTPStatus
 from typing import Union
 
+from ..error_response import ErrorResponseException
 from .types import Error, ErrorResponse
 
 
-class TimeSeriesError(Exception):
+class TimeSeriesError(ErrorResponseException):
     """Raise it from ``forecast`` to answer with an ``ErrorResponse`` (its ``error.code`` is the HTTP
     status) or with a message (answered 400)."""
 
-    def __init__(self, response: Union[str, ErrorResponse]):
-        super().__init__(response)
-        self.response = response
-
-    def __str__(self) -> str:
-        if isinstance(self.response, ErrorResponse):
-            return self.response.error.message
-        return str(self.response)
+    response: Union[str, ErrorResponse]
 
 
 def create_error_response(message: str, err_type: str = "BadRequestError", param: str = "",

@@ -8,8 +8,10 @@ from .chat import (ChatCompletion, ChatCompletionChoice, ChatCompletionChunk, Ch
                    ChatCompletionLogProbs, ChatCompletionLogProbsContent, ChatCompletionRequest,
                    ChatCompletionToolsParam, ChatMessage, ChoiceDelta, ChunkChoice, DeltaFunctionCall, DeltaToolCall,
                    FunctionCall, FunctionDefinition, ToolCall)
-from .common import Error, ErrorResponse, Model, ModelList, OpenAIBaseModel, PromptTokenUsageInfo, StreamOptions, UsageInfo
-from .completion import Completion, CompletionChoice, CompletionChunk, CompletionChunkChoice, CompletionLogProbs, CompletionRequest
+from .common import (Error, ErrorResponse, Model, ModelList, OpenAIBaseModel, PromptTokenUsageInfo, StreamOptions,
+                     UsageInfo)
+from .completion import (Completion, CompletionChoice, CompletionChunk, CompletionChunkChoice, CompletionLogProbs,
+                         CompletionRequest)
 from .embedding import (Embedding, EmbeddingChatRequest, EmbeddingCompletionRequest, EmbeddingRequest,
                         EmbeddingResponseData)
 from .messages import (ChatCompletionAssistantMessageParam, ChatCompletionContentPartParam,
@@ -17,6 +19,7 @@ from .messages import (ChatCompletionAssistantMessageParam, ChatCompletionConten
                        ConversationMessage, CustomChatCompletionMessageParam)
 from .rerank import Rerank, RerankDocument, RerankRequest, RerankResult, RerankUsage
 from .response_format import JsonSchemaResponseFormat, ResponseFormat
+from .sampling import SamplingRequest
 
 __all__ = [
     # KServe's names
@@ -31,5 +34,5 @@ __all__ = [
     # the parts they are made of
     "OpenAIBaseModel", "PromptTokenUsageInfo", "StreamOptions", "ResponseFormat", "JsonSchemaResponseFormat",
     "ChatCompletionToolsParam", "FunctionDefinition", "FunctionCall", "ToolCall", "DeltaFunctionCall",
-    "DeltaToolCall", "EmbeddingChatRequest", "RerankDocument", "RerankResult", "RerankUsage",
+    "DeltaToolCall", "EmbeddingChatRequest", "RerankDocument", "RerankResult", "RerankUsage", "SamplingRequest",
 ]

@@ -4,9 +4,9 @@ from typing import Any, Dict, List, Literal, Optional, Union
 
 from pydantic import Field
 
-from .common import OpenAIBaseModel, StreamOptions, UsageInfo, now, random_id, random_uuid
+from .common import OpenAIBaseModel, UsageInfo, now, random_id
 from .messages import ChatCompletionMessageParam
-from .response_format import ResponseFormat
+from .sampling import SamplingRequest
 
 
 class FunctionDefinition(OpenAIBaseModel):
@@ -24,40 +24,19 @@ class ChatCompletionToolsParam(OpenAIBaseModel):
     function: FunctionDefinition
 
 
-class ChatCompletionRequest(OpenAIBaseModel):
+class ChatCompletionRequest(SamplingRequest):
     """A chat request: the conversation so far (``messages``) and how to sample the answer."""
 
     messages: List[ChatCompletionMessageParam]
     model: Optional[str] = None
-    frequency_penalty: Optional[float] = 0.0
-    logit_bias: Optional[Dict[str, float]] = None
     logprobs: Optional[bool] = False
     top_logprobs: Optional[int] = 0
     max_tokens: Optional[int] = None
     max_completion_tokens: Optional[int] = None
     n: Optional[int] = 1
-    presence_penalty: Optional[float] = 0.0
-    response_format: Optional[ResponseFormat] = None
-    seed: Optional[int] = None
-    stop: Optional[Union[str, List[str]]] = Field(default_factory=list)
-    stream: Optional[bool] = False
-    stream_options: Optional[StreamOptions] = None
-    temperature: Optional[float] = None
-    top_p: Optional[float] = None
     tools: Optional[List[ChatCompletionToolsParam]] = None
     tool_choice: Optional[Union[Literal["none", "auto", "required"], Dict[str, Any]]] = "none"
     parallel_tool_calls: Optional[bool] = False
-    user: Optional[str] = None
-    # sampling parameters beyond OpenAI's, as vllm names them
-    best_of: Optional[int] = None
-    top_k: Optional[int] = None
-    min_p: Optional[float] = None
-    repetition_penalty: Optional[float] = None
-    stop_token_ids: Optional[List[int]] = Field(default_factory=list)
-    include_stop_str_in_output: bool = False
-    ignore_eos: bool = False
-    min_tokens: int = 0
-    skip_special_tokens: bool = True
     # chat template parameters
     echo: bool = False
     add_generation_prompt: bool = True
@@ -66,8 +45,6 @@ class ChatCompletionRequest(OpenAIBaseModel):
     documents: Optional[List[Dict[str, str]]] = None
     chat_template: Optional[str] = None
     chat_template_kwargs: Optional[Dict[str, Any]] = None
-    priority: int = 0
-    request_id: str = Field(default_factory=random_uuid)
 
 
 class FunctionCall(OpenAIBaseModel):

@@ -4,44 +4,21 @@ from typing import Dict, List, Literal, Optional, Union
 
 from pydantic import Field
 
-from .common import OpenAIBaseModel, StreamOptions, UsageInfo, now, random_id, random_uuid
-from .response_format import ResponseFormat
+from .common import OpenAIBaseModel, UsageInfo, now, random_id
+from .sampling import SamplingRequest
 
 
-class CompletionRequest(OpenAIBaseModel):
+class CompletionRequest(SamplingRequest):
     """A completion request: the ``prompt`` to continue and how to sample the answer."""
 
     model: Optional[str] = None
     prompt: Union[List[int], List[List[int]], str, List[str]]
-    best_of: Optional[int] = None
     echo: Optional[bool] = False
-    frequency_penalty: Optional[float] = 0.0
-    logit_bias: Optional[Dict[str, float]] = None
     logprobs: Optional[int] = None
     max_tokens: Optional[int] = 16
     n: int = 1
-    presence_penalty: Optional[float] = 0.0
-    seed: Optional[int] = None
-    stop: Optional[Union[str, List[str]]] = Field(default_factory=list)
-    stream: Optional[bool] = False
-    stream_options: Optional[StreamOptions] = None
     suffix: Optional[str] = None
-    temperature: Optional[float] = None
-    top_p: Optional[float] = None
-    user: Optional[str] = None
-    # sampling parameters beyond OpenAI's, as vllm names them
-    top_k: Optional[int] = None
-    min_p: Optional[float] = None
-    repetition_penalty: Optional[float] = None
-    stop_token_ids: Optional[List[int]] = Field(default_factory=list)
-    include_stop_str_in_output: bool = False
-    ignore_eos: bool = False
-    min_tokens: int = 0
-    skip_special_tokens: bool = True
     add_special_tokens: bool = True
-    response_format: Optional[ResponseFormat] = None
-    priority: int = 0
-    request_id: str = Field(default_factory=random_uuid)
 
 
 class CompletionLogProbs(OpenAIBaseModel):
@@ -53,14 +30,16 @@ class CompletionLogProbs(OpenAIBaseModel):
     top_logprobs: List[Optional[Dict[str, float]]] = Field(default_factory=list)
 
 
-class CompletionChoice(OpenAIBaseModel):
-    """One completion of the prompt (vllm's ``CompletionResponseChoice``)."""
-
+class _CompletionChoiceFields(OpenAIBaseModel):
     index: int
     text: str
     logprobs: Optional[CompletionLogProbs] = None
     finish_reason: Optional[str] = None
     stop_reason: Optional[Union[int, str]] = None
+
+
+class CompletionChoice(_CompletionChoiceFields):
+    """One completion of the prompt (vllm's ``CompletionResponseChoice``)."""
 
 
 class Completion(OpenAIBaseModel):
@@ -75,14 +54,8 @@ class Completion(OpenAIBaseModel):
     usage: UsageInfo
 
 
-class CompletionChunkChoice(OpenAIBaseModel):
+class CompletionChunkChoice(_CompletionChoiceFields):
     """A piece of one completion in a stream (vllm's ``CompletionResponseStreamChoice``)."""
-
-    index: int
-    text: str
-    logprobs: Optional[CompletionLogProbs] = None
-    finish_reason: Optional[str] = None
-    stop_reason: Optional[Union[int, str]] = None
 
 
 class CompletionChunk(OpenAIBaseModel):

@@ -8,34 +8,29 @@ from .common import OpenAIBaseModel, UsageInfo, now, random_id, random_uuid
 from .messages import ChatCompletionMessageParam
 
 
-class EmbeddingCompletionRequest(OpenAIBaseModel):
+class _EmbeddingOptions(OpenAIBaseModel):
+    model: Optional[str] = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Optional[int] = None
+    user: Optional[str] = None
+    truncate_prompt_tokens: Optional[int] = None
+    priority: int = 0
+    request_id: str = Field(default_factory=random_uuid)
+    normalize: Optional[bool] = None
+
+
+class EmbeddingCompletionRequest(_EmbeddingOptions):
     """Embed ``input``: a text, a list of texts, or token ids."""
 
-    model: Optional[str] = None
     input: Union[List[int], List[List[int]], str, List[str]]
-    encoding_format: Literal["float", "base64"] = "float"
-    dimensions: Optional[int] = None
-    user: Optional[str] = None
-    truncate_prompt_tokens: Optional[int] = None
     add_special_tokens: bool = True
-    priority: int = 0
-    request_id: str = Field(default_factory=random_uuid)
-    normalize: Optional[bool] = None
 
 
-class EmbeddingChatRequest(OpenAIBaseModel):
+class EmbeddingChatRequest(_EmbeddingOptions):
     """Embed a conversation (``messages``) after its chat template."""
 
-    model: Optional[str] = None
     messages: List[ChatCompletionMessageParam]
-    encoding_format: Literal["float", "base64"] = "float"
-    dimensions: Optional[int] = None
-    user: Optional[str] = None
-    truncate_prompt_tokens: Optional[int] = None
     add_special_tokens: bool = False
-    priority: int = 0
-    request_id: str = Field(default_factory=random_uuid)
-    normalize: Optional[bool] = None
 
 
 #: An embeddings request: of texts, or (with ``messages``) of a conversation.
