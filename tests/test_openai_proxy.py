@@ -198,5 +198,6 @@ def test_two_workers(start_server, upstream, dead_url):
     c = client(proxy)
     for _ in range(4):  # enough for both workers to answer, whichever the kernel picks
         assert c.completions.create(model="echo", prompt=PROMPT).choices[0].text == ECHO
-        chunks = c.chat.completions.create(model="echo-fast", stream=True, messages=[{"role": "user", "content": PROMPT}])
+        chunks = c.chat.completions.create(model="echo-fast", stream=True,
+                                           messages=[{"role": "user", "content": PROMPT}])
         assert "".join(x.choices[0].delta.content or "" for x in chunks) == ECHO

@@ -93,10 +93,12 @@ def test_rerank_by_raw_http(server):
 def test_the_client_scripts_print_what_the_readme_says(server):
     with open(os.path.join(SAMPLE, "output.txt")) as f:
         expected = f.read().strip()
-    run = [sys.executable, "chat_client.py", "--url", server.url, "input.json"]
-    assert subprocess.run(run, cwd=SAMPLE, capture_output=True, text=True, timeout=60, check=True).stdout.strip() == expected
-    run = [sys.executable, "search_client.py", "--url", server.url, "When do the fishing boats come home?"]
-    assert subprocess.run(run, cwd=SAMPLE, capture_output=True, text=True, timeout=60, check=True).stdout.strip() == \
+    def printed(*argv: str) -> str:
+        return subprocess.run([sys.executable, *argv], cwd=SAMPLE, capture_output=True, text=True, timeout=60,
+                              check=True).stdout.strip()
+
+    assert printed("chat_client.py", "--url", server.url, "input.json") == expected
+    assert printed("search_client.py", "--url", server.url, "When do the fishing boats come home?") == \
         "Fishing boats leave the harbour at dawn and come home when the wind turns cold."
 
 

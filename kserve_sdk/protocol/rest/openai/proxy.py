@@ -202,8 +202,8 @@ class OpenAIProxyModel(OpenAIGenerativeModel):
         except (ValidationError, orjson.JSONDecodeError, TypeError) as e:
             why = describe_validation_error(e) if isinstance(e, ValidationError) else str(e) or type(e).__name__
             raise OpenAIError(create_error_response(f"the upstream's answer is not a {kind.__name__}: {why}",
-                                                    err_type="BadGateway", status_code=HTTPStatus.BAD_GATEWAY)) from None
-
+                                                    err_type="BadGateway",
+                                                    status_code=HTTPStatus.BAD_GATEWAY)) from None
 
     def _outgoing(self, answer: BaseModel) -> Any:
         """What goes to the client: the object, or with ``skip_upstream_validation`` (whose objects are
