@@ -201,3 +201,22 @@ def test_two_workers(start_server, upstream, dead_url):
         chunks = c.chat.completions.create(model="echo-fast", stream=True,
                                            messages=[{"role": "user", "content": PROMPT}])
         assert "".join(x.choices[0].delta.content or "" for x in chunks) == ECHO
+
+
+def test_the_upstream_connections_close_with_the_server(start_server, upstream, dead_url):
+    """A stop after some traffic leaves no unclosed session or connector behind (aiohttp logs those)."""
+    proxy = start_server("tests/models/openai_proxy.py", "--upstream", upstream.url, "--dead", dead_url, grpc=False)
+    assert client(proxy).completions.create(model="echo", prompt=PROMPT).choices[0].text == ECHO
+    proxy.stop()
+    assert proxy.proc.returncode == 0
+    log = proxy.log()
+    assert "Model server stopped" in log and "Unclosed" not in log, log[-2000:]
+
+
+def test_an_http_client_that_is_not_aiohttps_is_refused_when_the_model_is_made():
+    import httpx
+    from kserve_sdk.protocol.rest.openai import OpenAIProxyModel
+
+    with pytest.raises(TypeError) as e:
+        OpenAIProxyModel("m", "http://127.0.0.1:1", http_client=httpx.AsyncClient())
+    assert str(e.value) == "the HTTP client must be an aiohttp.ClientSession, not AsyncClient"

@@ -15,6 +15,7 @@ from typing import AsyncIterator, Dict, Optional, Tuple
 import aiohttp
 
 from ..errors import UpstreamError
+from .pool import keep
 
 
 class UpstreamClient:
@@ -29,6 +30,9 @@ class UpstreamClient:
 
     def __init__(self, session: Optional[aiohttp.ClientSession] = None, connect_timeout: float = 5.0,
                  read_timeout: float = 30.0):
+        if session is not None and not isinstance(session, aiohttp.ClientSession):
+            # KServe's proxy takes an httpx.AsyncClient: say so at start, not at the first request
+            raise TypeError(f"the HTTP client must be an aiohttp.ClientSession, not {type(session).__name__}")
         self._given = session
         self._own: Optional[aiohttp.ClientSession] = None
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=read_timeout)
@@ -40,6 +44,7 @@ class UpstreamClient:
         if self._own is None or self._own.closed:
             # a forked worker makes its own: a session belongs to the loop it was made in
             self._own = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=self._timeout)
+            keep(self)  # closed with the server's other clients when it stops
         return self._own
 
     async def post(self, url: str, body: bytes, headers: Dict[str, str]) -> Tuple[int, bytes]:
