@@ -40,9 +40,10 @@ from conftest import ROOT, free_port, http_get
 
 SAMPLES_DIR = os.path.join(ROOT, "samples")
 SCHEMA = os.path.join(ROOT, "tests", "schemas", "inferenceservice.schema.json")
-# The samples of issue 9, each run here in its own fresh environment. (A sample whose requirements take
-# minutes to install, such as samples/parallel_ray with Ray, is tested by its own test file.)
-SAMPLES = sorted({"custom_model", "custom_grpc", "text_stream", "transformer", "logging"})
+# The samples of issue 9 and openai_chat (issue 19), each run here in its own fresh environment. (A sample
+# whose requirements take minutes to install, such as samples/parallel_ray with Ray, is tested by its own
+# test file.)
+SAMPLES = sorted({"custom_model", "custom_grpc", "text_stream", "transformer", "logging", "openai_chat"})
 PYTHON_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 LAUNCHER = ["/cnb/lifecycle/launcher", "--"]
 PORT_FLAGS = {"--http_port": "http1", "--grpc_port": "h2c"}

@@ -18,10 +18,10 @@ PY_SPY_VERSION="${PY_SPY_VERSION:-0.4.3}"
 mkdir -p "$VENVS"
 status=0
 
-# make_venv NAME DIST VERSION [EXTRA_PIP_ARGS...]
+# make_venv NAME DIST[EXTRAS] VERSION [EXTRA_PIP_ARGS...]
 make_venv() {
-    local name="$1" dist="$2" version="$3"; shift 3
-    local dir="$VENVS/$name"
+    local name="$1" spec="$2" version="$3"; shift 3
+    local dist="${spec%%\[*}" dir="$VENVS/$name"
     if [ -x "$dir/bin/python" ] && "$dir/bin/python" - "$dist" "$version" <<'PY' 2>/dev/null
 import sys
 from importlib.metadata import version
@@ -31,12 +31,12 @@ PY
         echo "[setup_peers] $name: $dist==$version already installed in $dir"
         return 0
     fi
-    echo "[setup_peers] $name: creating $dir with $dist==$version"
+    echo "[setup_peers] $name: creating $dir with $spec==$version"
     rm -rf "$dir"
     "$PY" -m venv "$dir"
     "$dir/bin/python" -m pip install -q --upgrade pip
-    if ! "$dir/bin/python" -m pip install -q "$dist==$version" "$@"; then
-        echo "[setup_peers] $name: pip install $dist==$version FAILED" >&2
+    if ! "$dir/bin/python" -m pip install -q "$spec==$version" "$@"; then
+        echo "[setup_peers] $name: pip install $spec==$version FAILED" >&2
         status=1
         return 0
     fi
@@ -45,8 +45,11 @@ PY
 
 make_venv kserve kserve "$KSERVE_VERSION"
 make_venv mlserver mlserver "$MLSERVER_VERSION"
-make_venv litserve litserve "$LITSERVE_VERSION"     # the peers users pick instead (issue 21)
+make_venv litserve litserve "$LITSERVE_VERSION"     # the peers users pick instead (issue 21); also openai_bench's
 make_venv bentoml bentoml "$BENTOML_VERSION"
+# openai_bench.py's KServe: its OpenAI routes need the llm extra (vllm and torch, ~10 GB, ~10 min), in a venv
+# of its own
+make_venv kserve-llm "kserve[llm]" "$KSERVE_VERSION"
 
 # add_to_venv NAME PKG...: what runtime_bench.py's peers need beside the server: KServe's sklearnserver
 # (run from a KServe source tree) imports kserve_storage, joblib and pandas; both load the model file that

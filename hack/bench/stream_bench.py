@@ -54,17 +54,23 @@ def run_client(args, target, case, *extra, timeout):
     cmd = [args.python, os.path.join(HERE, "stream_client.py"), "--proto", case.proto, "--server", target.name,
            "--host", HOST, "--port", str(port), "--model", MODEL, "--count", str(args.count),
            "--conc", str(case.conc), "--stream-timeout", str(args.stream_timeout), *extra]
+    return stream_result(cmd, timeout)
+
+
+def stream_result(cmd, timeout):
+    """Run a stream client command: (its STREAM_RESULT, None), or (None, what went wrong)."""
+    name = os.path.basename(cmd[1])
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, start_new_session=True)
     except subprocess.TimeoutExpired:
-        return None, f"stream_client.py did not finish in {timeout:.0f}s"
+        return None, f"{name} did not finish in {timeout:.0f}s"
     for line in r.stdout.splitlines():
         if line.startswith("STREAM_RESULT "):
             return json.loads(line.split(" ", 1)[1]), None
-    return None, f"stream_client.py failed (rc={r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}"
+    return None, f"{name} failed (rc={r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}"
 
 
-def check(args, target, case, payload):
+def check(args, target, case, payload, run_client=run_client):
     """Two streams per worker of the case; each must bring exactly --count right responses."""
     n = 2 * case.conc
     res, err = run_client(args, target, case, "--streams", str(n), timeout=n * args.stream_timeout + 30)
@@ -75,7 +81,8 @@ def check(args, target, case, payload):
     return None
 
 
-def load(args, target, case, payload, seconds):
+def load(args, target, case, payload, seconds, run_client=run_client):
+    """One timed run of the stream client; responses in correct streams count, ttfr is p50/p99."""
     res, err = run_client(args, target, case, "--duration", str(seconds),
                           timeout=seconds + args.stream_timeout + 30)
     if res is None:

@@ -58,16 +58,26 @@ class SSEConnection:
                 pass
             self.reader = self.writer = None
 
+    def request(self, sid, start, count):
+        """(path, JSON body) of the stream asking for `count` responses from `start`."""
+        if self.lines:  # LitServe's stream=True route
+            return "/predict", orjson.dumps({"start": start, "count": count})
+        body = orjson.dumps({"id": f"s{sid}", "inputs": [{"name": "x", "shape": [2], "datatype": "INT32",
+                                                          "data": [start, count]}]})
+        return f"/v2/models/{self.model}/generate_stream", body
+
+    def parse_event(self, data):
+        """The number one event's data carries (None: an event that carries none)."""
+        doc = orjson.loads(data)
+        if "error" in doc:
+            raise Problem(f"error event: {doc['error']}")
+        return doc["outputs"][0]["data"][0]
+
     async def stream(self, sid, start, count):
         """Returns (values, ttfr seconds)."""
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        if self.lines:
-            path, body = "/predict", orjson.dumps({"start": start, "count": count})
-        else:
-            path = f"/v2/models/{self.model}/generate_stream"
-            body = orjson.dumps({"id": f"s{sid}", "inputs": [{"name": "x", "shape": [2], "datatype": "INT32",
-                                                              "data": [start, count]}]})
+        path, body = self.request(sid, start, count)
         t0 = time.perf_counter()
         self.writer.write(
             f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
@@ -98,14 +108,17 @@ class SSEConnection:
                     return
                 event, buf = buf[:end], buf[end + 2:]
                 for line in event.split(b"\n"):
-                    if not line.startswith(b"data:"):
+                    if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
                         continue
-                    doc = orjson.loads(line[5:])
-                    if "error" in doc:
-                        raise Problem(f"error event after {len(values)} responses: {doc['error']}")
+                    try:
+                        value = self.parse_event(line[5:])
+                    except Problem as e:
+                        raise Problem(f"after {len(values)} responses: {e}") from None
+                    if value is None:
+                        continue
                     if ttfr is None:
                         ttfr = time.perf_counter() - t0
-                    values.append(doc["outputs"][0]["data"][0])
+                    values.append(value)
 
         sink = bytearray()              # an error answer's body, for the message
         consume = feed if status == 200 else sink.extend
@@ -178,7 +191,8 @@ class GRPCStreams:
 
 # --------------------------------------------------------------------------- driver
 
-async def run(args):
+async def run(args, sse_connection=SSEConnection):
+    """The load of ``args``; SSE streams go through ``sse_connection(host, port, model)``."""
     stats = {"streams_ok": 0, "streams_bad": 0, "streams_failed": 0, "responses_ok": 0, "responses": 0,
              "sample": ""}
     ttfrs = []
@@ -189,7 +203,7 @@ async def run(args):
     deadline = t_begin + args.duration if not args.streams else float("inf")
 
     async def worker():
-        conn = SSEConnection(args.host, args.port, args.model, lines=args.server == "litserve") \
+        conn = sse_connection(args.host, args.port, args.model, lines=args.server == "litserve") \
             if grpc_streams is None else grpc_streams
         try:
             while started[0] < limit and time.perf_counter() < deadline:
@@ -231,7 +245,8 @@ async def run(args):
     return stats
 
 
-def main():
+def parser():
+    """The command line (openai_client.py adds to it)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--proto", choices=["sse", "grpc"], required=True)
     ap.add_argument("--server", choices=["bare", "ours", "mlserver", "litserve"], required=True,
@@ -245,7 +260,11 @@ def main():
     ap.add_argument("--streams", type=int, default=0, help="run exactly this many streams instead")
     ap.add_argument("--max-streams", type=int, default=100000, help="bound on streams in a timed run")
     ap.add_argument("--stream-timeout", type=float, default=30, help="seconds per stream")
-    args = ap.parse_args()
+    return ap
+
+
+def main():
+    args = parser().parse_args()
     print("STREAM_RESULT " + json.dumps(asyncio.run(run(args))), flush=True)
 
 

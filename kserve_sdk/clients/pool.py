@@ -29,6 +29,11 @@ def grpc_client(host: str, use_ssl: bool, timeout: float, retries: int):
     return client
 
 
+def keep(client: Any) -> None:
+    """Have :func:`close_clients` close ``client`` too: one made outside this pool (a proxy model's)."""
+    _clients[("kept", id(client))] = client
+
+
 async def close_clients() -> None:
     """Close every pooled client (on shutdown)."""
     for client in list(_clients.values()):

@@ -1,0 +1,95 @@
+"""The upstream OpenAI server of tests/test_openai_proxy.py: echo models on kserve_sdk.
+
+    python tests/models/openai_upstream.py --names echo,hooked --http_port 8080
+
+Each model named answers a completion with "echo: <prompt>" and a chat with "echo: <last message>",
+streamed one word per chunk (the last chunk: finish_reason "stop" and the usage). It writes the
+x-request-id it was sent into ``system_fingerprint``, so a test sees what the proxy forwarded.
+Prompts that misbehave on purpose:
+  "slow"         the answer comes after 30 s (before any byte: the proxy's timeout)
+  "stall"        a stream sends its first word, then nothing for 30 s
+  max_tokens > 100  a 400 in OpenAI's shape, about the max_tokens field
+"""
+import argparse
+import asyncio
+from typing import Any, AsyncIterator, Dict, List, Optional
+
+import kserve_sdk as kserve
+from kserve_sdk.protocol.rest.openai import OpenAIGenerativeModel
+from kserve_sdk.protocol.rest.openai.errors import create_error_response
+from kserve_sdk.protocol.rest.openai.types import (ChatCompletion, ChatCompletionChoice, ChatCompletionChunk,
+                                                   ChatMessage, ChoiceDelta, ChunkChoice, Completion,
+                                                   CompletionChoice, CompletionChunk, CompletionChunkChoice, UsageInfo)
+
+MAX_TOKENS = 100
+
+
+class EchoModel(OpenAIGenerativeModel):
+    """Answers with what it was asked."""
+
+    async def create_completion(self, request, raw_request=None, context=None):
+        refused = await self._misbehave(request, str(request.prompt))
+        if refused is not None:
+            return refused
+        words = ["echo:", *str(request.prompt).split()]
+        tag = _request_id(context)
+        if request.stream:
+            return self._stream(words, lambda text, **kw: CompletionChunk(
+                model=self.name, system_fingerprint=tag, choices=[CompletionChunkChoice(index=0, text=text, **kw)]),
+                str(request.prompt), request.stream_options)
+        return Completion(model=self.name, system_fingerprint=tag, usage=_usage(request.prompt, words),
+                          choices=[CompletionChoice(index=0, text=" ".join(words), finish_reason="stop")])
+
+    async def create_chat_completion(self, request, raw_request=None, context=None):
+        prompt = str(request.messages[-1].get("content"))
+        refused = await self._misbehave(request, prompt)
+        if refused is not None:
+            return refused
+        words = ["echo:", *prompt.split()]
+        tag = _request_id(context)
+        if request.stream:
+            return self._stream(words, lambda text, **kw: ChatCompletionChunk(
+                model=self.name, system_fingerprint=tag,
+                choices=[ChunkChoice(index=0, delta=ChoiceDelta(role="assistant", content=text), **kw)]),
+                prompt, request.stream_options)
+        return ChatCompletion(model=self.name, system_fingerprint=tag, usage=_usage(prompt, words), choices=[
+            ChatCompletionChoice(index=0, message=ChatMessage(role="assistant", content=" ".join(words)),
+                                 finish_reason="stop")])
+
+    async def _misbehave(self, request: Any, prompt: str):
+        """The error answer a request asks for, after the delay it asks for; None for a normal answer."""
+        if (request.max_tokens or 0) > MAX_TOKENS:
+            return create_error_response(f"max_tokens must be at most {MAX_TOKENS}, not {request.max_tokens}",
+                                         param="max_tokens")
+        if prompt == "slow":
+            await asyncio.sleep(30)
+        return None
+
+    async def _stream(self, words: List[str], chunk, prompt: str, options: Any) -> AsyncIterator[Any]:
+        for i, word in enumerate(words):
+            yield chunk(word if i == 0 else " " + word)
+            if prompt == "stall":
+                await asyncio.sleep(30)
+        last = chunk("", finish_reason="stop")
+        last.usage = _usage(prompt, words)
+        yield last
+
+
+def _usage(prompt: Any, words: List[str]) -> UsageInfo:
+    n = len(str(prompt).split())
+    return UsageInfo(prompt_tokens=n, completion_tokens=len(words), total_tokens=n + len(words))
+
+
+def _request_id(context: Optional[Dict[str, Any]]) -> Optional[str]:
+    return ((context or {}).get("headers") or {}).get("x-request-id")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(parents=[kserve.model_server.parser])
+    parser.add_argument("--names", default="echo", help="comma-separated model names")
+    args, _ = parser.parse_known_args()
+    kserve.ModelServer().start([EchoModel(name) for name in args.names.split(",")])
+
+
+if __name__ == "__main__":
+    main()
