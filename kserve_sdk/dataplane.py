@@ -401,7 +401,7 @@ class DataPlane:
         streams = callable(getattr(model, "stream", None))
         items = model.stream(request, headers, response_headers, timings) if streams else None
         protocol = call.protocol if call is not None else protocol
-        async for item in self._count_stream(model_name, items, headers, protocol, timings, model, request):
+        async for item in self.counted_stream(model_name, items, headers, protocol, timings, model, request):
             yield self._as_v2_response(model_name, request, item) if isinstance(request, InferRequest) else item
 
     async def stream_in(self, model_name: str, requests: AsyncIterator[Any], headers: Dict[str, str],
@@ -417,12 +417,16 @@ class DataPlane:
 
         items = model.stream_in(remembered(), headers)
         protocol = call.protocol if call is not None else protocol
-        async for item in self._count_stream(model_name, items, headers, protocol, detached_timings(call)):
+        async for item in self.counted_stream(model_name, items, headers, protocol, detached_timings(call)):
             yield self._as_v2_response(model_name, seen[0], item) if isinstance(seen[0], InferRequest) else item
 
-    async def _count_stream(self, model_name: str, items: Optional[AsyncIterator[Any]], headers: Dict[str, str],
-                            protocol: str, timings: Timings, model: Any = None,
-                            request: Any = None) -> AsyncIterator[Any]:
+    async def counted_stream(self, model_name: str, items: Optional[AsyncIterator[Any]], headers: Dict[str, str],
+                             protocol: str, timings: Timings, model: Any = None, request: Any = None,
+                             watch: Optional[Any] = None) -> AsyncIterator[Any]:
+        """A model's stream of answers inside the call's accounting: in flight while it runs, then stream
+        metrics, statistics and the latency line. ``items`` None: ``model(request)`` answers once.
+        ``watch`` (a protocol's own per-chunk metrics) has ``seen(item)`` called for each answer and
+        ``ended()`` once the stream is over, in this loop rather than in a generator around it."""
         self.begin_request(model_name)
         start, first, count, failed = time.perf_counter(), None, 0, False
         try:
@@ -434,12 +438,16 @@ class DataPlane:
                         if first is None:
                             first = time.perf_counter() - start
                         count += 1
+                        if watch is not None:
+                            watch.seen(item)
                         yield item
         except Exception:  # a client that leaves (GeneratorExit, CancelledError) is no failure of the model
             failed = True
             raise
         finally:
             self.end_request(model_name)
+            if watch is not None:
+                watch.ended()
             metrics.stream_finished(model_name, protocol, count, first)
             elapsed = time.perf_counter() - start
             timings.executions += 1  # one streaming predict, however many responses

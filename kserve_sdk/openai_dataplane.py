@@ -5,8 +5,7 @@ stream metrics) plus the LLM metrics: tokens from ``usage``, time to the first c
 Nothing here imports pydantic: the requests arrive validated, and answers are only looked at for ``usage``.
 """
 import time
-from contextlib import aclosing
-from typing import Any, AsyncIterator, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from . import metrics
 from .dataplane import DataPlane, naming_the_model
@@ -76,8 +75,8 @@ async def openai_call(dataplane: DataPlane, endpoint: str, name: str, request: A
         if not streams:
             _model_call_done(dataplane, name, call, start, ok)
     if streams:
-        chunks = dataplane._count_stream(name, answer, call.headers, call.protocol, call.timings)
-        return _measured_stream(chunks, name, call.started)
+        return dataplane.counted_stream(name, answer, call.headers, call.protocol, call.timings,
+                                        watch=_ChunkMeter(name, call.started))
     from .protocol.rest.openai.codec import usage_of
 
     metrics.llm_tokens(name, usage_of(answer))
@@ -91,24 +90,29 @@ def _model_call_done(dataplane: DataPlane, name: str, call: Call, start: float, 
     model_call_finished(name, call.timings, int(elapsed * 1e9), ok, call.headers, dataplane.enable_latency_logging)
 
 
-async def _measured_stream(chunks: AsyncIterator[Any], name: str, started: float) -> AsyncIterator[Any]:
-    """The chunks as they come, timing the first (from the request's arrival) and the gaps between them,
-    and counting the tokens of the last ``usage`` a chunk carried."""
-    from .protocol.rest.openai.codec import usage_of
+class _ChunkMeter:
+    """An OpenAI stream's LLM metrics: time to the first chunk (from the request's arrival), the gaps
+    between chunks, and the tokens of the ``usage`` its last chunks carry (read once, at the end: the
+    usage chunk comes last, before a preformatted ``[DONE]`` if the model sends one)."""
 
-    first_chunk, gap = metrics.llm_chunk_timers(name)
-    usage, last = None, None
-    try:
-        async with aclosing(chunks):
-            async for chunk in chunks:
-                now = time.perf_counter()
-                if last is None:
-                    first_chunk(now - started)
-                else:
-                    gap(now - last)
-                last = now
-                usage = usage_of(chunk) or usage
-                yield chunk
-    finally:
-        metrics.llm_tokens(name, usage)
+    __slots__ = ("name", "last", "first_chunk", "gap", "previous", "final")
 
+    def __init__(self, name: str, started: float):
+        self.name, self.last = name, started
+        self.first_chunk, self.gap = metrics.llm_chunk_timers(name)
+        self.previous = self.final = None
+
+    def seen(self, chunk: Any) -> None:
+        """One chunk went out."""
+        now = time.perf_counter()
+        (self.first_chunk if self.final is None else self.gap)(now - self.last)
+        self.last, self.previous, self.final = now, self.final, chunk
+
+    def ended(self) -> None:
+        """The stream is over: count its tokens."""
+        from .protocol.rest.openai.codec import usage_of
+
+        usage = usage_of(self.final) if self.final is not None else None
+        if usage is None and self.previous is not None:
+            usage = usage_of(self.previous)
+        metrics.llm_tokens(self.name, usage)
