@@ -8,8 +8,8 @@ over the server's process tree (benchlib.rss_mib) in three measurements, each on
   models       many_models.py with 1, 1,000 and 10,000 registered models, after one request to the first
   connections  --connections (5,000) keep-alive connections, each having carried one small v2 JSON
                request and then left idle; RSS before and with them open, then a second request on each
-               to count those the server kept. The server runs with --timeout_keep_alive 600 (its default,
-               KServe's 5 s, would close them while they are being opened)
+               to count those the server kept. The server runs with --timeout-keep-alive 600 (its default
+               of 65 s could close the first while the last are being opened)
   requests     --warmup-requests (10,000) small v2 JSON requests, RSS, then --requests (100,000) more,
                RSS again: the growth after warm-up. h2load --h1, 32 connections, counted with -n
   concurrency  --concurrent (2,000) connections under load (wrk, the small v2 JSON body) against 32, in
@@ -207,7 +207,7 @@ def measure_connections(name, args, workdir):
                 "kib_per_connection": added * 1024 / held["opened"] if held["opened"] else None}
 
     out = {"connections": args.connections,
-           **on_fresh_server(name, args, workdir, one, "--timeout_keep_alive", "600")}
+           **on_fresh_server(name, args, workdir, one, "--timeout-keep-alive", "600")}
     print(f"  .. memory {name:<7} {args.connections} idle connections: {shown(out)}"
           + (f" (kept {out['kept']}/{out['opened']})" if "kept" in out else ""), flush=True)
     return out
