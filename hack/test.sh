@@ -19,8 +19,10 @@ fi
 .venv/bin/python -m pytest
 # Again with the library-internals tricks off (kserve_sdk/internals/), over the tests of what they touch:
 # metrics, access and latency logs, the body limit, statistics, every path of the call lifecycle (about
-# 60 s). tests/test_internals.py, in the run above, also serves two workers with the tricks off. The whole
+# 45 s). tests/test_internals.py, in the run above, also serves two workers with the tricks off. The whole
 # suite passes that way too:
 # KSERVE_SDK_INTERNALS=off .venv/bin/python -m pytest
+# The drain tests are left out there: draining touches none of the tricks, and they are the slow ones.
 KSERVE_SDK_INTERNALS=off exec .venv/bin/python -m pytest -q tests/test_operations.py tests/test_fast_path.py \
-  tests/test_rest_errors.py tests/test_statistics.py tests/test_concurrency.py tests/test_lifecycle.py
+  tests/test_rest_errors.py tests/test_statistics.py tests/test_concurrency.py tests/test_lifecycle.py \
+  -k "not sigterm and not grace_period and not 64_slow_requests"

@@ -38,7 +38,7 @@ def stub(server):
 
 def access_lines(server, request_id: str):
     server.log_with(f"ACCESS {request_id} ")
-    time.sleep(0.2)  # a second line, if one were (wrongly) written, comes in the same or the next round
+    time.sleep(0.05)  # a second line, if one were (wrongly) written, comes in the same or the next round
     return [line for line in server.log().splitlines() if f"ACCESS {request_id} " in line]
 
 
