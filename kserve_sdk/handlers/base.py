@@ -4,7 +4,7 @@ that went away."""
 import asyncio
 import functools
 import zlib
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from tornado.httputil import HTTPHeaders
 from tornado.web import HTTPError, RequestHandler
@@ -13,10 +13,10 @@ from ..dataplane import DataPlane
 from .. import metrics
 from ..errors import InferenceError, InvalidInput, PayloadTooLarge
 from ..internals.tornado_headers import HeaderRecorder
-from ..lifecycle import Call
+from ..lifecycle import Call, Failure
 from ..tracing import answer_traceparent
 from ..protocol.rest_codec import dumps
-from .responder import JSON, SERVER, Reply, error_reply, header_text
+from .responder import JSON, SERVER, Reply, failure_headers, header_text
 
 __all__ = ["BaseHandler", "JSON", "Reply", "cancel_on_disconnect", "encoded", "lowercase_headers"]
 
@@ -145,10 +145,20 @@ class BaseHandler(HeaderRecorder, RequestHandler):
         exc = kwargs.get("exc_info", (None, None, None))[1]
         if isinstance(exc, HTTPError) or exc is None:  # Tornado's own (no route, bad method, bad URL)
             message = (exc.log_message if exc is not None else None) or self._reason
-            return self.send_json({"error": message})
-        status, reply = error_reply(self.open_call(), exc, f"{self.request.method} {self.request.path}")
+            return self.send_body(self.error_document(status_code, message))
+        failure = self.open_call().failed(exc, f"{self.request.method} {self.request.path}")
+        status, body = self.failure_answer(exc, failure)
         self.set_status(status)
-        self.send_reply(reply)
+        self.send_body(body, headers=failure_headers(failure))
+
+    def error_document(self, status: int, message: str) -> bytes:
+        """The JSON body of an error answer, ``{"error": message}``; a protocol whose errors have another
+        shape (OpenAI's) overrides it."""
+        return dumps({"error": message})
+
+    def failure_answer(self, exc: BaseException, failure: Failure) -> Tuple[int, bytes]:
+        """The status and body answering ``exc``, whose failure the call has logged."""
+        return failure.status, self.error_document(failure.status, failure.message)
 
     def log_exception(self, typ, value, tb) -> None:
         # write_error logs the failure, through the call, by the rule every protocol shares

@@ -35,24 +35,18 @@ class _OpenAIHandler(StreamingHandler):
         if not serves_openai(self.dataplane.model_registry):
             raise HTTPError(404, f"no route for {self.request.method} {self.request.path}")
 
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        from ..protocol.rest.openai.error_body import error_answer, error_body
-
-        exc = kwargs.get("exc_info", (None, None, None))[1]
-        if isinstance(exc, HTTPError) or exc is None:  # Tornado's own (no route, bad method, bad URL)
-            message = (exc.log_message if exc is not None else None) or self._reason
-            return self.send_body(error_body(status_code, message))
-        failure = self.open_call().failed(exc, f"{self.request.method} {self.request.path}")
-        status, body = error_answer(exc, failure.status, failure.message)
-        if failure.retry_after is not None:
-            self.set_header("Retry-After", str(failure.retry_after))
-        self.set_status(status)
-        self.send_body(body)
-
-    def error_event(self, failure: Any) -> bytes:
+    def error_document(self, status: int, message: str) -> bytes:
         from ..protocol.rest.openai.error_body import error_body
 
-        return b"data: " + error_body(failure.status, failure.message) + b"\n\n"
+        return error_body(status, message)
+
+    def failure_answer(self, exc: BaseException, failure: Any) -> Tuple[int, bytes]:
+        from ..protocol.rest.openai.error_body import error_answer
+
+        return error_answer(exc, failure.status, failure.message)
+
+    def error_event(self, failure: Any) -> bytes:
+        return b"data: " + self.error_document(failure.status, failure.message) + b"\n\n"
 
 
 class _InferenceHandler(_OpenAIHandler):

@@ -14,7 +14,7 @@ from tornado.web import GZipContentEncoding
 
 from ..dataplane import SERVER_NAME, SERVER_VERSION
 from ..tracing import answer_traceparent
-from ..lifecycle import Call
+from ..lifecycle import Call, Failure
 from ..protocol.rest_codec import dumps
 
 JSON = "application/json"
@@ -33,8 +33,12 @@ class Reply(NamedTuple):
 def error_reply(call: Call, exc: BaseException, where: str) -> Tuple[int, Reply]:
     """The status and ``{"error": ...}`` reply answering ``exc``; the call logs it (``where``: method and path)."""
     failure = call.failed(exc, where)
-    headers = {} if failure.retry_after is None else {"Retry-After": str(failure.retry_after)}
-    return failure.status, Reply(dumps({"error": failure.message}), JSON, headers)
+    return failure.status, Reply(dumps({"error": failure.message}), JSON, failure_headers(failure))
+
+
+def failure_headers(failure: Failure) -> Dict[str, str]:
+    """The headers an error answer carries beyond the common ones: ``Retry-After`` for a busy server."""
+    return {} if failure.retry_after is None else {"Retry-After": str(failure.retry_after)}
 
 
 def header_text(name: str, value: Any) -> str:

@@ -83,7 +83,7 @@ class StreamingHandler(BaseHandler):
 
     def error_event(self, failure: Any) -> bytes:
         """The document of the event that ends a stream which failed midway (``failure``: lifecycle's)."""
-        return dumps({"error": failure.message})
+        return self.error_document(failure.status, failure.message)
 
     async def _send(self, chunk: bytes) -> None:
         self.write(chunk)
