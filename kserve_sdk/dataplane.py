@@ -449,13 +449,19 @@ class DataPlane:
             if watch is not None:
                 watch.ended()
             metrics.stream_finished(model_name, protocol, count, first)
-            elapsed = time.perf_counter() - start
-            timings.executions += 1  # one streaming predict, however many responses
             if timings.traced:  # the stream's span counts its chunks
                 timings.chunks = count
-            timings.setdefault("predict_ms", elapsed * 1000)
-            model_call_finished(model_name, timings, int(elapsed * 1e9), not failed, headers,
-                                self.enable_latency_logging)
+            self.execution_finished(model_name, timings, start, not failed, headers)  # however many responses
+
+    def execution_finished(self, model_name: str, timings: Timings, start: float, ok: bool,
+                           headers: Dict[str, str]) -> None:
+        """One execution of a model outside the pipeline (a stream, an OpenAI method) that began at
+        ``start`` (``time.perf_counter()``) has ended: statistics, stage histograms, the latency line;
+        its whole time is its ``predict_ms`` unless a stage recorded one."""
+        elapsed = time.perf_counter() - start
+        timings.executions += 1
+        timings.setdefault("predict_ms", elapsed * 1000)
+        model_call_finished(model_name, timings, int(elapsed * 1e9), ok, headers, self.enable_latency_logging)
 
     @staticmethod
     def _as_v2_response(model_name: str, request: InferRequest, response: Any) -> Any:

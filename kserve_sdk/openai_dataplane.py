@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 from . import metrics
 from .dataplane import DataPlane, naming_the_model
 from .errors import InvalidInput, ModelNotFound
-from .lifecycle import Call, model_call_finished
+from .lifecycle import Call
 from .model_repository import ModelRepository
 from .openai_model import OpenAIEncoderModel, OpenAIGenerativeModel, OpenAIModel
 
@@ -73,7 +73,7 @@ async def openai_call(dataplane: DataPlane, endpoint: str, name: str, request: A
     finally:
         dataplane.end_request(name)
         if not streams:
-            _model_call_done(dataplane, name, call, start, ok)
+            dataplane.execution_finished(name, call.timings, start, ok, call.headers)
     if streams:
         return dataplane.counted_stream(name, answer, call.headers, call.protocol, call.timings,
                                         watch=_ChunkMeter(name, call.started))
@@ -81,13 +81,6 @@ async def openai_call(dataplane: DataPlane, endpoint: str, name: str, request: A
 
     metrics.llm_tokens(name, usage_of(answer))
     return answer
-
-
-def _model_call_done(dataplane: DataPlane, name: str, call: Call, start: float, ok: bool) -> None:
-    elapsed = time.perf_counter() - start
-    call.timings.executions += 1
-    call.timings.setdefault("predict_ms", elapsed * 1000)
-    model_call_finished(name, call.timings, int(elapsed * 1e9), ok, call.headers, dataplane.enable_latency_logging)
 
 
 class _ChunkMeter:
