@@ -16,13 +16,13 @@ from ..errors import InferenceError, InvalidInput
 from ..lifecycle import Call, Failure, take_request_id
 from ..protocol.grpc import grpc_predict_v2_pb2 as pb
 from ..protocol.grpc.convert import Undecodable, infer_request_from_grpc, infer_response_to_grpc, tolerant_parser
-from ..protocol.grpc.convert import log_settings_response, model_config_response, parameters_to_dict
+from ..protocol.grpc.convert import (log_settings_response, model_config_response, parameters_to_dict,
+                                     trace_settings_response, trace_update_from_grpc)
 from ..protocol.grpc.grpc_predict_v2_pb2_grpc import (
     GRPCInferenceServiceServicer, add_GRPCInferenceServiceServicer_to_server,
 )
 from ..protocol.infer_type import InferRequest, InferResponse
 from ..tracing import answer_traceparent
-from .trace_setting import settings_to_grpc, update_from_grpc
 
 
 def call_metadata(call: Call) -> Tuple[Tuple[str, str], ...]:
@@ -213,10 +213,10 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
     @answers_errors
     async def TraceSetting(self, request, context, call):
-        update = update_from_grpc(request)
+        update = trace_update_from_grpc(request)
         settings = await self.dataplane.update_trace_settings(request.model_name, update) if update else \
             self.dataplane.trace_settings(request.model_name)
-        return settings_to_grpc(settings, pb.TraceSettingResponse())
+        return trace_settings_response(settings)
 
     @answers_errors
     async def RepositoryIndex(self, request, context, call):

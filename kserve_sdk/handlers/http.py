@@ -8,7 +8,7 @@ from tornado.web import Application
 from ..dataplane import DataPlane
 from ..errors import PayloadTooLarge
 from ..internals.tornado_buffer import body_already_buffered
-from . import docs, openai, streaming, timeseries, trace_setting, v1, v2
+from . import docs, openai, streaming, timeseries, v1, v2
 from .access_log import RequestLog
 from .base import LiveHandler, MetricsHandler, NotFoundHandler, lowercase_headers
 from .fast_path import FastPath
@@ -43,8 +43,8 @@ def make_app(dataplane: DataPlane, access_log_format: Optional[str] = None, enab
         (rf"/v2/models/{_MODEL}{_VERSION}/generate_stream", streaming.GenerateStreamHandler),
         (rf"/v2/models/{_MODEL}{_VERSION}/ready", v2.ModelReadyHandler),
         (rf"/v2/models/{_MODEL}{_VERSION}/config", v2.ModelConfigHandler),
-        (r"/v2/trace/setting", trace_setting.TraceSettingHandler),
-        (rf"/v2/models/{_MODEL}/trace/setting", trace_setting.TraceSettingHandler),
+        (r"/v2/trace/setting", v2.TraceSettingHandler),
+        (rf"/v2/models/{_MODEL}/trace/setting", v2.TraceSettingHandler),
         (rf"/v2/models/{_MODEL}{_VERSION}", v2.ModelMetadataHandler),
         (r"/v2/repository/index", v2.RepositoryIndexHandler),
         (r"/v2/logging", v2.LoggingHandler),

@@ -76,6 +76,20 @@ class ModelConfigHandler(BaseHandler):
         self.send_json(await self.dataplane.model_config(name, version))
 
 
+class TraceSettingHandler(BaseHandler):
+    """``GET|POST /v2[/models/<m>]/trace/setting``: Triton's trace settings (kserve_sdk/tracing/settings.py),
+    global or a model's, read or changed with a JSON object."""
+
+    endpoint = "trace_setting"
+
+    def get(self, name: Optional[str] = None) -> None:
+        self.send_json(self.dataplane.trace_settings(name or ""))
+
+    async def post(self, name: Optional[str] = None) -> None:
+        update = loads_json(self.request.body or b"{}")
+        self.send_json(await self.dataplane.update_trace_settings(name or "", update))
+
+
 class LoggingHandler(BaseHandler):
     """``GET|POST /v2/logging``: Triton's log settings, read or changed in every worker."""
 

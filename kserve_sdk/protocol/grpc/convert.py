@@ -84,6 +84,31 @@ def log_settings_response(settings: Dict[str, Any]):
     return response
 
 
+def trace_update_from_grpc(request: Any) -> Dict[str, Optional[Any]]:
+    """A ``TraceSettingRequest``'s settings as the JSON update REST takes: no value clears a setting,
+    ``trace_level`` is a list, the others one string each."""
+    update: Dict[str, Optional[Any]] = {}
+    for name, setting in request.settings.items():
+        values = list(setting.value)
+        if not values:
+            update[name] = None
+        elif name == "trace_level":
+            update[name] = values
+        elif len(values) == 1:
+            update[name] = values[0]
+        else:
+            raise InvalidInput(f"{name} takes one value; got {values!r}")
+    return update
+
+
+def trace_settings_response(settings: Dict[str, Any]):
+    """Trace settings (strings, or lists of strings) as Triton's ``TraceSettingResponse``."""
+    response = pb.TraceSettingResponse()
+    for name, value in settings.items():
+        response.settings[name].value.extend(value if isinstance(value, list) else [value])
+    return response
+
+
 def model_config_response(config: Dict[str, Any]):
     """A model configuration dict (model_config.py's, JSON field names) as Triton's ``ModelConfigResponse``."""
     from google.protobuf import json_format
