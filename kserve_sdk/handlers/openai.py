@@ -14,7 +14,7 @@ from tornado.web import HTTPError
 
 from ..openai_dataplane import not_an_openai_model, openai_call, openai_models, resolve_model_name, serves_openai
 from .base import cancel_on_disconnect, encoded
-from .streaming import StreamingHandler
+from .streaming import StreamingHandler, sse_event
 
 _STARTED = int(time.time())
 
@@ -44,9 +44,6 @@ class _OpenAIHandler(StreamingHandler):
         from ..protocol.rest.openai.error_body import error_answer
 
         return error_answer(exc, failure.status, failure.message)
-
-    def error_event(self, failure: Any) -> bytes:
-        return b"data: " + self.error_document(failure.status, failure.message) + b"\n\n"
 
 
 class _InferenceHandler(_OpenAIHandler):
@@ -78,7 +75,7 @@ class _InferenceHandler(_OpenAIHandler):
     async def _send_chunks(self, chunks: Any, context: Dict[str, Any]) -> None:
         from ..protocol.rest.openai.codec import DONE_EVENT, encode_event
 
-        await self.send_stream(chunks, encode_event, _as_is, "text/event-stream", context["response"].headers,
+        await self.send_stream(chunks, encode_event, sse_event, "text/event-stream", context["response"].headers,
                                trailer=DONE_EVENT)
 
     def _exchange(self) -> Tuple[Any, Dict[str, Any]]:
@@ -100,10 +97,6 @@ def _peer(request: Any) -> Tuple[Optional[str], int]:
     if isinstance(address, tuple) and len(address) >= 2:
         return str(address[0]), int(address[1])
     return request.remote_ip, 0
-
-
-def _as_is(chunk: bytes) -> bytes:
-    return chunk
 
 
 async def _one(answer: Any):

@@ -38,13 +38,15 @@ class StreamingHandler(BaseHandler):
     """Writes an async iterator of responses as they come: the first at once, later ones flushed within
     ``COALESCE_SECONDS`` (so a model that yields faster shares socket writes)."""
 
-    _unsent = 0
+    _unsent: Optional[list] = None  # encoded responses not yet handed to Tornado
+    _unsent_bytes = 0
     _flush_timer: Optional[asyncio.TimerHandle] = None
 
     async def send_stream(self, items: AsyncIterator[Any], encode: Callable[[Any], bytes], frame: Callable,
                           content_type: str, response_headers: Dict[str, str], trailer: bytes = b"") -> None:
-        """Send ``items``: errors before the first become HTTP errors, later ones a final error frame;
-        ``trailer`` (e.g. an SSE ``[DONE]`` event) goes last."""
+        """Send ``items``, each as ``encode(item)`` (framed: the bytes that go out). Errors before the first
+        become HTTP errors, a later one the final frame ``frame(error document)``; ``trailer`` (e.g. an SSE
+        ``[DONE]`` event) goes last."""
         call = self.open_call()
         call.watch(asyncio.current_task())
         try:
@@ -57,22 +59,20 @@ class StreamingHandler(BaseHandler):
             for name, value in response_headers.items():
                 self.set_header(name, value)
             if first is not _EMPTY:
-                self.write(frame(encode(first)))
+                # Tornado leaves Nagle's algorithm on until the response ends: a stream's events go out
+                # when written, not when the peer's acknowledgement of the last one comes back.
+                self.request.connection.stream.set_nodelay(True)
+                self.write(encode(first))
                 await self.flush()
+                self._unsent = []
                 try:
-                    sent = 1
-                    async for item in items:
-                        await self._send(frame(encode(item)))
-                        sent += 1
-                        if sent % 16 == 0:
-                            # A write to a ready socket completes without yielding: give other requests a
-                            # turn, or a model that yields without awaiting keeps the loop to itself.
-                            await asyncio.sleep(0)
+                    await self._send_rest(items, encode)
                 except (asyncio.CancelledError, StreamClosedError):
                     raise
                 except Exception as e:  # mid-stream: the client has a 200 already, so the error is an event
                     failure = call.failed(e, f"{self.request.method} {self.request.path} (mid-stream)")
                     await self._send(frame(self.error_event(failure)))
+                self._write_unsent()
             self.finish(trailer)  # sends what is buffered; the finally below drops the timer
         except (asyncio.CancelledError, StreamClosedError):
             pass  # the client went away: nothing more to send
@@ -81,23 +81,41 @@ class StreamingHandler(BaseHandler):
             self._cancel_flush_timer()
             await items.aclose()
 
+    async def _send_rest(self, items: AsyncIterator[Any], encode: Callable[[Any], bytes]) -> None:
+        sent = 1
+        async for item in items:
+            await self._send(encode(item))
+            sent += 1
+            if sent % 16 == 0:
+                # A write to a ready socket completes without yielding: give other requests a turn, or a
+                # model that yields without awaiting keeps the loop to itself.
+                await asyncio.sleep(0)
+
     def error_event(self, failure: Any) -> bytes:
         """The document of the event that ends a stream which failed midway (``failure``: lifecycle's)."""
         return self.error_document(failure.status, failure.message)
 
     async def _send(self, chunk: bytes) -> None:
-        self.write(chunk)
-        self._unsent += len(chunk)
-        if self._unsent >= COALESCE_BYTES:
+        self._unsent.append(chunk)
+        self._unsent_bytes += len(chunk)
+        if self._unsent_bytes >= COALESCE_BYTES:
             self._cancel_flush_timer()
-            self._unsent = 0
+            self._write_unsent()
             await self.flush()  # and wait for the socket: a slow client slows the stream, not our memory
         elif self._flush_timer is None:
             self._flush_timer = asyncio.get_running_loop().call_later(COALESCE_SECONDS, self._timed_flush)
 
+    def _write_unsent(self) -> None:
+        """Hand the responses sent since the last flush to Tornado, as one write."""
+        if self._unsent:
+            self.write(b"".join(self._unsent))
+            self._unsent.clear()
+        self._unsent_bytes = 0
+
     def _timed_flush(self) -> None:
-        self._flush_timer, self._unsent = None, 0
+        self._flush_timer = None
         if not self._finished:
+            self._write_unsent()
             self.flush().add_done_callback(_ignore_closed)
 
     def _cancel_flush_timer(self) -> None:
@@ -148,8 +166,8 @@ class InferStreamHandler(StreamingHandler, _GenerateBody):
 
         def encode(item: Any) -> bytes:
             if tensor_form and isinstance(item, InferResponse):
-                return encode_infer_response(item, json_only=True)[0]
-            return dumps(item if tensor_form else to_generate_json(item, name, version))
+                return sse_event(encode_infer_response(item, json_only=True)[0])
+            return b"data: " + dumps(item if tensor_form else to_generate_json(item, name, version)) + b"\n\n"
 
         if event is not None:  # the stream's attributes as a binary-mode CloudEvent; each event stays JSON
             ce_headers = encode_cloudevent({}, event[1], "binary", name)[1]

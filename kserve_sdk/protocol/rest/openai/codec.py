@@ -64,6 +64,8 @@ def encode_event(item: Any) -> bytes:
     """One streamed item as a Server-Sent Event: a preformatted ``"data: ..."`` string as is (KServe's
     contract), any other text, a chunk object or a dict framed here; the model's own ``[DONE]`` is dropped,
     since the server sends it last (after an error event too)."""
+    if type(item) is str and item.startswith("data: {"):  # KServe's contract: a chunk, preformatted
+        return item.encode("utf-8")
     if isinstance(item, str):
         item = item.encode("utf-8")
     if isinstance(item, (bytes, bytearray)):
