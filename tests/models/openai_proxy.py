@@ -9,6 +9,7 @@
   down         an upstream nobody listens on, no health endpoint (the request itself fails: 503)
   down-health  the same with the default /health endpoint (the model is not ready: 503)
   impatient    a 0.5 s timeout (a slow upstream: 504)
+  nully        validates the upstream's answers, whose optional fields are null (health: none)
   junk         the upstream's /v2 routes, which know no /v1/completions (an answer that is not OpenAI's: 502)
 """
 import argparse
@@ -56,6 +57,7 @@ def main() -> None:
         OpenAIProxyModel("down", dead, health_endpoint=None),
         OpenAIProxyModel("down-health", dead),
         OpenAIProxyModel("impatient", up, health_endpoint=None, timeout=0.5),
+        OpenAIProxyModel("nully", up, health_endpoint=None),
         OpenAIProxyModel("junk", args.upstream + "/v2", health_endpoint=None),
     ])
 
