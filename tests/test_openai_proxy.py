@@ -104,8 +104,10 @@ def test_hooks(proxy):
     c = client(proxy)
     done = c.completions.create(model="hooked", prompt=PROMPT)
     assert done.choices[0].text == "echo: HELLO THERE WORLD!"
-    chunks = c.completions.create(model="hooked", prompt=PROMPT, stream=True)
+    assert done.system_fingerprint == "set-by-the-hook"  # raw_request["upstream_headers"] went upstream
+    chunks = list(c.completions.create(model="hooked", prompt=PROMPT, stream=True))
     assert "".join(x.choices[0].text for x in chunks) == "echo:! HELLO! THERE! WORLD!"
+    assert {x.system_fingerprint for x in chunks} == {"set-by-the-hook"}
     chat = c.chat.completions.create(model="hooked", messages=[{"role": "user", "content": PROMPT}])
     assert chat.choices[0].message.content == "echo: HELLO THERE WORLD!"
     chunks = c.chat.completions.create(model="hooked", messages=[{"role": "user", "content": PROMPT}], stream=True)

@@ -83,14 +83,14 @@ class _InferenceHandler(_OpenAIHandler):
 
     def _exchange(self) -> Tuple[Any, Dict[str, Any]]:
         """The ``raw_request`` and ``context`` the model's method is handed."""
-        from ..protocol.rest.openai.raw_request import URL, Address, RawRequest, Response
+        from ..protocol.rest.openai.raw_request import Address, RawRequest, Response
 
         request, call = self.request, self.call
         host, port = _peer(request)
-        raw = RawRequest(call.headers, URL(request.full_url(), request.path, request.query), request.method,
-                         Address(host, port) if host else None, request.body,
-                         {k: v[-1].decode("utf-8", "replace") for k, v in request.query_arguments.items()},
-                         lambda: call.gone)
+        raw = RawRequest(method=request.method, scheme=request.protocol, host=request.host, path=request.path,
+                         query=request.query, headers=call.headers, body=request.body,
+                         client=Address(host, port) if host else None, server=lambda: _server(request),
+                         gone=lambda: call.gone, http_version=request.version.rpartition("/")[2])
         return raw, {"headers": call.headers, "response": Response()}
 
 
@@ -100,6 +100,16 @@ def _peer(request: Any) -> Tuple[Optional[str], int]:
     if isinstance(address, tuple) and len(address) >= 2:
         return str(address[0]), int(address[1])
     return request.remote_ip, 0
+
+
+def _server(request: Any) -> Optional[Tuple[str, int]]:
+    """The server's end of the connection (the ASGI scope's ``server``), or None (a Unix socket)."""
+    stream = getattr(request.connection, "stream", None)
+    try:
+        local = stream.socket.getsockname()
+    except (AttributeError, OSError):
+        return None
+    return (str(local[0]), int(local[1])) if isinstance(local, tuple) and len(local) >= 2 else None
 
 
 def _as_is(chunk: bytes) -> bytes:

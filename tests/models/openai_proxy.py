@@ -4,7 +4,8 @@
 
   echo         validates the upstream's answers and re-frames its streams (health: the upstream's model route)
   echo-fast    skip_upstream_validation: streams passed through as the upstream sent them
-  hooked       the six hooks: the prompt upper-cased on the way out, "!" added to answers on the way back
+  hooked       the six hooks: the prompt upper-cased on the way out, "!" added to answers on the way back;
+               a completion goes with the headers its hook put under raw_request["upstream_headers"]
   ghost        a name the upstream does not serve (its 404 comes back)
   down         an upstream nobody listens on, no health endpoint (the request itself fails: 503)
   down-health  the same with the default /health endpoint (the model is not ready: 503)
@@ -23,6 +24,7 @@ class HookedProxy(OpenAIProxyModel):
 
     def preprocess_completion_request(self, request, raw_request=None):
         request.prompt = str(request.prompt).upper()
+        raw_request.scope["upstream_headers"] = {"x-request-id": "set-by-the-hook"}  # KServe's convention
 
     def postprocess_completion(self, completion, request, raw_request=None):
         completion.choices[0].text += "!"
