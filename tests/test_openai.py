@@ -290,8 +290,8 @@ def test_unknown_request_fields_are_accepted(client):
 def test_wrong_method_and_unknown_path_are_openai_shaped(server):
     code, headers, raw = request(server.http_port, "GET", COMPLETIONS)
     assert code == 405 and json.loads(raw)["error"]["code"] == "405"
-    code, _, raw = request(server.http_port, "GET", "/openai/v1/nothing")
-    assert code == 404 and "error" in json.loads(raw)
+    code, headers, raw = request(server.http_port, "GET", "/openai/v1/nothing")
+    assert_openai_error((code, headers, json.loads(raw)), 404, "no route for GET /openai/v1/nothing")
 
 
 # --- streams on the wire -----------------------------------------------------------------------------------
@@ -550,3 +550,5 @@ def test_the_route_prefix_comes_from_the_environment(start_server):
         assert got.choices[0].text == "a" and "parrot" in {m.id for m in moved_client.models.list().data}
     code, _, raw = request(moved.http_port, "GET", "/openai/v1/models")
     assert code == 404 and json.loads(raw) == {"error": "no route for GET /openai/v1/models"}
+    code, headers, raw = request(moved.http_port, "GET", "/llm/v1/nothing")  # under the prefix: OpenAI's shape
+    assert_openai_error((code, headers, json.loads(raw)), 404, "no route for GET /llm/v1/nothing")
