@@ -12,7 +12,7 @@ import signal
 import struct
 import subprocess
 import tempfile
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Set, Tuple
 
 import pytest
 from openapi_schema_validator import OAS30Validator
