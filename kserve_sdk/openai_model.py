@@ -20,8 +20,9 @@ class OpenAIModel(BaseKServeModel):
     """A model served over the OpenAI API. Ready as soon as it is made, as in KServe (override ``load``
     and ``healthy`` to say otherwise).
 
-    Each method receives the validated request, ``raw_request`` (the HTTP request: ``headers``, ``url``,
-    ``client``, ``await raw_request.is_disconnected()``) and ``context`` (``context["headers"]``: the request
+    Each method receives the validated request, ``raw_request`` (the HTTP request as KServe's Starlette
+    ``Request``: ``headers``, ``url``, ``client``, ``state``, ``raw_request["path"]`` and the rest of its
+    ASGI scope, ``await raw_request.is_disconnected()``) and ``context`` (``context["headers"]``: the request
     headers, lowercase names; ``context["response"].headers``: a dict of headers to send back).
     A method returns the answer object (or a dict of its fields), an ``ErrorResponse`` (sent with its
     ``error.code`` as the HTTP status), or, for a stream, an async generator of chunks: preformatted

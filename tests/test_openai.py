@@ -290,8 +290,8 @@ def test_unknown_request_fields_are_accepted(client):
 def test_wrong_method_and_unknown_path_are_openai_shaped(server):
     code, headers, raw = request(server.http_port, "GET", COMPLETIONS)
     assert code == 405 and json.loads(raw)["error"]["code"] == "405"
-    code, _, raw = request(server.http_port, "GET", "/openai/v1/nothing")
-    assert code == 404 and "error" in json.loads(raw)
+    code, headers, raw = request(server.http_port, "GET", "/openai/v1/nothing")
+    assert_openai_error((code, headers, json.loads(raw)), 404, "no route for GET /openai/v1/nothing")
 
 
 # --- streams on the wire -----------------------------------------------------------------------------------
@@ -384,6 +384,44 @@ def test_raw_request_and_context(server):
     assert about == {"url": f"http://127.0.0.1:{server.http_port}{COMPLETIONS}", "path": COMPLETIONS,
                      "method": "POST", "client_host": "127.0.0.1", "header": "yes", "context_header": "yes",
                      "disconnected": False, "pydantic": True}
+
+
+def test_raw_request_as_a_mapping_over_its_asgi_scope(server):
+    """What KServe code reads of Starlette's Request: raw_request["..."], .scope, .state, the query, the
+    headers in any case, the URL's parts, cookies, body() and json()."""
+    doc = {"model": "objects", "prompt": "scope"}
+    body = json.dumps(doc).encode()
+    status, _, raw = request(server.http_port, "POST", COMPLETIONS + "?a=1&a=2&b=x%20y", body, {
+        "Content-Type": "application/json", "X-Custom": "yes", "Cookie": "session=abc; theme=dark"})
+    assert status == 200, raw
+    seen = json.loads(json.loads(raw)["choices"][0]["text"])
+    port = server.http_port
+    assert seen == {
+        "scope": {"type": "http", "method": "POST", "path": COMPLETIONS, "scheme": "http", "root_path": "",
+                  "http_version": "1.1"},
+        "query_string": "a=1&a=2&b=x%20y", "custom_header": [["x-custom", "yes"]], "client": ["127.0.0.1", True],
+        "server": ["127.0.0.1", port], "upstream_headers": [False, True, {"x-up": "1"}],
+        "state": ["u1", {"user": "u1"}, "'State' object has no attribute 'nobody'"], "mapping": True,
+        "query_params": [{"a": "2", "b": "x y"}, ["1", "2"]], "headers": ["yes", "yes", True, None],
+        "url": [COMPLETIONS, "a=1&a=2&b=x%20y", "127.0.0.1", port, "http", False, f"http://127.0.0.1:{port}/"],
+        "cookies": {"session": "abc", "theme": "dark"}, "body_model": "objects", "body": len(body),
+        "client_host": "127.0.0.1"}
+
+
+def test_raw_request_builds_its_scope_only_when_asked():
+    from kserve_sdk.protocol.rest.openai.raw_request import Address, RawRequest
+
+    asked = []
+    raw = RawRequest(method="POST", scheme="http", host="h:1", path="/p%20q", query="", headers={"x-a": "1"},
+                     body=b"{}", client=Address("127.0.0.1", 5), server=lambda: asked.append(1) or ("h", 1),
+                     gone=lambda: False)
+    assert raw.headers["X-A"] == "1" and raw.url == "http://h:1/p%20q" and raw.method == "POST"
+    assert "scope" not in vars(raw) and asked == []  # nothing of the scope was made
+    assert raw["path"] == "/p%20q".replace("%20", " ") and raw["raw_path"] == b"/p%20q" and asked == [1]
+    assert raw["headers"] == [(b"x-a", b"1")] and raw["client"] == ("127.0.0.1", 5) and raw.scope is raw.scope
+    assert raw.get("nope") is None and "nope" not in raw and raw != RawRequest(
+        method="POST", scheme="http", host="h:1", path="/p%20q", query="", headers={"x-a": "1"}, body=b"{}",
+        client=None, server=lambda: None, gone=lambda: False)
 
 
 # --- lifecycle: metrics, access log ------------------------------------------------------------------------
@@ -512,3 +550,5 @@ def test_the_route_prefix_comes_from_the_environment(start_server):
         assert got.choices[0].text == "a" and "parrot" in {m.id for m in moved_client.models.list().data}
     code, _, raw = request(moved.http_port, "GET", "/openai/v1/models")
     assert code == 404 and json.loads(raw) == {"error": "no route for GET /openai/v1/models"}
+    code, headers, raw = request(moved.http_port, "GET", "/llm/v1/nothing")  # under the prefix: OpenAI's shape
+    assert_openai_error((code, headers, json.loads(raw)), 404, "no route for GET /llm/v1/nothing")

@@ -4,7 +4,8 @@ tests/models/openai_upstream.py serves echo models; tests/models/openai_proxy.py
 them (and of an address nothing listens on). Both are real servers on free loopback ports, queried
 with the real `openai` client and raw HTTP: completions and chat, streamed and not, the hooks, the
 upstream's 4xx passed through with its body, upstream down 503, upstream too slow 504, an answer
-that is not OpenAI's 502 — each with its status and message.
+that is not OpenAI's 502 — each with its status and message; an upstream whose answers hold null in
+their optional fields (as OpenAI's API and LitServe write them) read through the validating proxy.
 """
 import json
 import urllib.request
@@ -103,8 +104,10 @@ def test_hooks(proxy):
     c = client(proxy)
     done = c.completions.create(model="hooked", prompt=PROMPT)
     assert done.choices[0].text == "echo: HELLO THERE WORLD!"
-    chunks = c.completions.create(model="hooked", prompt=PROMPT, stream=True)
+    assert done.system_fingerprint == "set-by-the-hook"  # raw_request["upstream_headers"] went upstream
+    chunks = list(c.completions.create(model="hooked", prompt=PROMPT, stream=True))
     assert "".join(x.choices[0].text for x in chunks) == "echo:! HELLO! THERE! WORLD!"
+    assert {x.system_fingerprint for x in chunks} == {"set-by-the-hook"}
     chat = c.chat.completions.create(model="hooked", messages=[{"role": "user", "content": PROMPT}])
     assert chat.choices[0].message.content == "echo: HELLO THERE WORLD!"
     chunks = c.chat.completions.create(model="hooked", messages=[{"role": "user", "content": PROMPT}], stream=True)
@@ -113,8 +116,48 @@ def test_hooks(proxy):
 
 def test_models_and_health(proxy):
     assert {m.id for m in client(proxy).models.list()} == {
-        "echo", "echo-fast", "hooked", "ghost", "down", "down-health", "impatient", "junk"}
+        "echo", "echo-fast", "hooked", "ghost", "down", "down-health", "impatient", "nully", "junk"}
     assert client(proxy).models.retrieve("echo").id == "echo"
+
+
+# --- null in the upstream's optional fields ---------------------------------------------------------------
+def test_nulls_in_the_upstreams_answers_read_as_the_fields_defaults(proxy):
+    """`"tool_calls": null`, `"logprobs": {"tokens": null, ...}`: validated, not refused as a 502."""
+    c = client(proxy)
+    done = c.completions.create(model="nully", prompt=PROMPT)
+    assert done.choices[0].text == PROMPT and done.usage.total_tokens == 6
+    assert done.choices[0].logprobs.tokens == [] and done.choices[0].logprobs.token_logprobs == []
+    chat = c.chat.completions.create(model="nully", messages=[{"role": "user", "content": PROMPT}])
+    message = chat.choices[0].message
+    assert (message.content, message.tool_calls, message.refusal) == (PROMPT, [], None)
+    assert chat.choices[0].logprobs is None and chat.usage.completion_tokens == 3
+
+
+def test_nulls_in_the_upstreams_chunks_read_as_the_fields_defaults(proxy):
+    c = client(proxy)
+    chunks = list(c.chat.completions.create(model="nully", stream=True,
+                                            messages=[{"role": "user", "content": PROMPT}]))
+    pieces = [x for x in chunks if x.choices]
+    assert [x.choices[0].delta.content for x in pieces] == PROMPT.split()
+    assert {x.object for x in chunks} == {"chat.completion.chunk"} and chunks[-1].usage.total_tokens == 6
+    assert all(x.choices[0].delta.tool_calls == [] for x in pieces)
+    first = pieces[0].choices[0].logprobs.content[0]
+    assert (first.token, first.logprob, first.top_logprobs, first.bytes) == ("hello", -0.5, [], None)
+    chunks = list(c.completions.create(model="nully", prompt=PROMPT, stream=True))
+    assert "".join(x.choices[0].text for x in chunks if x.choices) == "hellothereworld"
+    assert all(x.choices[0].logprobs.tokens == [] for x in chunks if x.choices)
+
+
+def test_nulls_on_the_wire_of_a_proxied_stream(proxy):
+    """The raw events: every chunk re-framed, none an error event, [DONE] last."""
+    status, headers, body = post(proxy, "/openai/v1/chat/completions", {
+        "model": "nully", "stream": True, "messages": [{"role": "user", "content": PROMPT}]})
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+    events = body.decode().split("\n\n")
+    assert events[-2:] == ["data: [DONE]", ""]
+    docs = [json.loads(e[len("data: "):]) for e in events[:-2]]
+    assert len(docs) == 4 and not any("error" in d for d in docs), docs
+    assert docs[0]["choices"][0]["delta"] == {"role": "assistant", "content": "hello", "tool_calls": []}
 
 
 # --- the upstream's errors ------------------------------------------------------------------------------

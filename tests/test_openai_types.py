@@ -94,6 +94,52 @@ def test_an_openai_stream_line_validates():
     assert chunk.choices[0].text == "AI" and chunk.usage is None
 
 
+def test_null_in_a_field_with_a_default_reads_as_the_default():
+    """As OpenAI's API and LitServe send chunks: null in list fields vllm's types refuse null in."""
+    line = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m", "system_fingerprint": None,
+            "usage": None, "choices": [{"index": 0, "finish_reason": None, "logprobs": None, "delta": {
+                "role": "assistant", "content": "hi", "tool_calls": None, "function_call": None, "refusal": None}}]}
+    chunk = types.ChatCompletionChunk.model_validate_json(json.dumps(line))
+    delta = chunk.choices[0].delta
+    assert (delta.content, delta.tool_calls, delta.refusal, delta.function_call) == ("hi", [], None, None)
+    assert chunk.usage is None and chunk.choices[0].logprobs is None
+    message = {"role": "assistant", "content": None, "tool_calls": None, "refusal": None}
+    assert types.ChatMessage.model_validate(message).tool_calls == []
+    assert message["tool_calls"] is None  # the caller's document is left as it was
+    logprobs = types.CompletionLogProbs.model_validate(
+        {"text_offset": None, "token_logprobs": None, "tokens": None, "top_logprobs": None})
+    assert (logprobs.text_offset, logprobs.token_logprobs, logprobs.tokens, logprobs.top_logprobs) == ([], [], [], [])
+    content = types.ChatCompletionLogProbsContent.model_validate(
+        {"token": "a", "logprob": -0.5, "bytes": None, "top_logprobs": None})
+    assert (content.logprob, content.bytes, content.top_logprobs) == (-0.5, None, [])
+
+
+def test_optional_fields_keep_null_and_required_fields_still_refuse_it():
+    choice = types.ChatCompletionChoice.model_validate(
+        {"index": 0, "message": {"role": "assistant"}, "finish_reason": None})
+    assert choice.finish_reason is None  # Optional with a default of "stop": null is None, as in vllm
+    request = types.CompletionRequest.model_validate({"prompt": "p", "n": None, "echo": None, "max_tokens": None})
+    assert (request.n, request.echo, request.max_tokens) == (1, None, None)  # the API's "integer or null"
+    with pytest.raises(ValidationError, match="index"):
+        types.ChunkChoice.model_validate({"index": None, "delta": {}})
+    with pytest.raises(ValidationError, match="text"):
+        types.CompletionChoice.model_validate({"index": 0, "text": None})
+    with pytest.raises(ValidationError, match="tool_calls.0"):
+        types.ChoiceDelta.model_validate({"tool_calls": [None]})  # inside a list, null is no default
+
+
+def test_user_code_builds_the_objects_as_before_and_with_none():
+    assert types.ChoiceDelta(content="x", tool_calls=None).tool_calls == []
+    assert types.ChatMessage(role="assistant", content="x").tool_calls == []
+    built = types.ChoiceDelta(tool_calls=[types.DeltaToolCall(index=0, function=types.DeltaFunctionCall(name="f"))])
+    assert built.tool_calls[0].function.name == "f"
+    assert types.CompletionRequest(prompt="p", n=None).n == 1
+    logprobs = types.CompletionLogProbs(tokens=["a"], token_logprobs=[None])
+    assert (logprobs.tokens, logprobs.token_logprobs, logprobs.text_offset) == (["a"], [None], [])
+    assert types.ChatCompletionChunk.model_json_schema()["$defs"]["ChoiceDelta"]["properties"]["tool_calls"][
+        "type"] == "array"  # the documented type is still a list
+
+
 class KServeDummy(kserve.protocol.rest.openai.OpenAIChatAdapterModel):
     """As KServe's own tests write an adapter model: create_completion without context."""
 

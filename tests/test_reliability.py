@@ -1,6 +1,7 @@
 """Hostile input, overload, client faults and model faults: each answered with its status and a message
 naming the problem, and the worker goes on serving. (Bad inputs already covered by test_rest_errors.py and
 test_grpc.py are not repeated here.)"""
+import gzip
 import json
 import socket
 import struct
@@ -117,6 +118,8 @@ BAD_REST = [
      "the model name '../../etc' contains a path separator"),
     ("deflate-bomb", INFER, zlib.compress(b"[" * (LIMIT * 4)), {"Content-Encoding": "deflate"}, 413,
      f"the request body inflates to more than {LIMIT} bytes"),
+    ("gzip-bomb", INFER, gzip.compress(b"[" * (LIMIT * 4)), {"Content-Encoding": "gzip"}, 413,
+     f"the request body inflates to more than {LIMIT} bytes"),  # Tornado inflates gzip: once a bare 400
 ]
 
 

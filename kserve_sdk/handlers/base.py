@@ -144,6 +144,7 @@ class BaseHandler(HeaderRecorder, RequestHandler):
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
         if isinstance(exc, HTTPError) or exc is None:  # Tornado's own (no route, bad method, bad URL)
+            self.open_call()  # a method Tornado refuses before prepare: the answer still names its call
             message = (exc.log_message if exc is not None else None) or self._reason
             return self.send_body(self.error_document(status_code, message))
         failure = self.open_call().failed(exc, f"{self.request.method} {self.request.path}")

@@ -87,7 +87,12 @@ class _Application(Application):
     def start_request(self, server_conn: object, request_conn: httputil.HTTPConnection) -> httputil.HTTPMessageDelegate:
         delegate = super().start_request(server_conn, request_conn)
         limit = self.settings.get("max_body_size")
-        return _BodyLimit(delegate, request_conn, limit, self.fast_path) if limit else delegate
+        if not limit:
+            return delegate
+        # _BodyLimit answers every body over the limit itself; Tornado's own cap, which its gzip decoder
+        # copies before the headers arrive, would answer an inflating one with a bare 400 first.
+        request_conn.set_max_body_size(2 ** 62)
+        return _BodyLimit(delegate, request_conn, limit, self.fast_path)
 
 
 class _BodyLimit(httputil.HTTPMessageDelegate):
@@ -96,11 +101,12 @@ class _BodyLimit(httputil.HTTPMessageDelegate):
     A declared ``Content-Length`` over the limit is answered at once, without reading the body unless it
     is at most twice the limit (read and dropped, so that a client which sends its whole body before
     reading the answer still sees the 413 rather than a reset); the connection then closes. A chunked
-    body is counted as it arrives and answered when it passes the limit. A body that arrived with its
-    headers skips the body timeout (``--body_timeout_seconds``), whose timer would cost every request.
+    body, and a gzip body as Tornado inflates it, is counted as it arrives and answered when it passes
+    the limit. A body that arrived with its headers skips the body timeout (``--body_timeout_seconds``),
+    whose timer would cost every request. On the OpenAI API's paths the 413 is in OpenAI's error shape.
     """
 
-    __slots__ = ("_delegate", "_conn", "_limit", "_fast", "_start", "_received", "_refused", "_chunked")
+    __slots__ = ("_delegate", "_conn", "_limit", "_fast", "_start", "_received", "_refused", "_counted")
 
     def __init__(self, delegate: httputil.HTTPMessageDelegate, conn: httputil.HTTPConnection, limit: int,
                  fast: FastPath):
@@ -108,7 +114,7 @@ class _BodyLimit(httputil.HTTPMessageDelegate):
         self._start: Optional[tuple] = None  # (start line, headers): made into a request only for a 413
         self._received = 0
         self._refused: Optional[str] = None
-        self._chunked = False
+        self._counted: Optional[str] = None  # a body counted as it arrives: the 413's message if it passes
 
     def headers_received(self, start_line: Union[httputil.RequestStartLine, httputil.ResponseStartLine],
                          headers: httputil.HTTPHeaders) -> Optional[Awaitable[None]]:
@@ -121,10 +127,12 @@ class _BodyLimit(httputil.HTTPMessageDelegate):
             if int(length) > 2 * self._limit:
                 self._answer(close=True)
             return None  # else the body is read and dropped, and finish() answers
-        if length is None:
+        if "X-Consumed-Content-Encoding" in headers:  # gzip, which Tornado inflates before we see it
+            self._counted = f"the request body inflates to more than {self._limit} bytes"
+        elif length is None:
             if "chunked" in headers.get("Transfer-Encoding", "").lower():
-                self._chunked = True
-                self._conn.set_max_body_size(2 ** 62)  # counted here instead, to answer 413 rather than a bare 400
+                self._counted = (f"the chunked request body passed the {self._limit} bytes this server accepts "
+                                 "(--max_body_size)")
         elif length.isdigit() and body_already_buffered(self._conn, int(length)):
             # The body came with the headers: no need for the body timeout's timer (a cost on every request).
             self._conn.set_body_timeout(None)
@@ -133,11 +141,10 @@ class _BodyLimit(httputil.HTTPMessageDelegate):
     def data_received(self, chunk: bytes) -> Optional[Awaitable[None]]:
         if self._refused is not None:
             return None
-        if self._chunked:
+        if self._counted is not None:
             self._received += len(chunk)
             if self._received > self._limit:
-                self._refused = (f"the chunked request body passed the {self._limit} bytes this server accepts "
-                                 "(--max_body_size)")
+                self._refused = self._counted
                 self._delegate.on_connection_close()
                 self._answer(close=True)
                 return None
@@ -157,9 +164,11 @@ class _BodyLimit(httputil.HTTPMessageDelegate):
         """Send the 413; with ``close`` the body is not read and the connection closes once it is sent."""
         fast, (start_line, headers) = self._fast, self._start
         request = httputil.HTTPServerRequest(connection=self._conn, start_line=start_line, headers=headers)
-        protocol, endpoint, model = fast.labels_of(request.path)
+        labels = openai.labels_of(request.path)  # the OpenAI API's paths answer in its error shape
+        protocol, endpoint, model = fast.labels_of(request.path) if labels is None else (*labels, None)
         call = fast.dataplane.open_call(protocol, endpoint, lowercase_headers(request.headers), model)
-        status, reply = error_reply(call, PayloadTooLarge(self._refused), f"{request.method} {request.path}")
+        status, reply = error_reply(call, PayloadTooLarge(self._refused), f"{request.method} {request.path}",
+                                    None if labels is None else openai.error_document)
         answer, body = answer_headers(call, request, status, reply, False)
         if close:
             answer["Connection"] = "close"

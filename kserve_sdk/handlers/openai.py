@@ -7,6 +7,7 @@ Errors are in OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}`
 Events ending with ``data: [DONE]``.
 """
 import os
+import re
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -25,6 +26,34 @@ def route_prefix() -> str:
     return prefix if not prefix or prefix.startswith("/") else f"/{prefix}"
 
 
+#: path after the prefix -> endpoint label, of the inference routes
+_ENDPOINT_OF_PATH = {"/v1/completions": "completions", "/v1/chat/completions": "chat_completions",
+                     "/v1/embeddings": "embeddings", "/v1/rerank": "rerank"}
+
+
+def labels_of(path: str) -> Optional[Tuple[str, str]]:
+    """The protocol and endpoint labels of a request to ``path`` if it is the OpenAI API's, for an answer
+    given before any handler runs (the body limit's 413): any path under the prefix, or, with an empty
+    prefix, the inference routes' own paths (the rest of ``/v1`` is KServe v1's); else None."""
+    prefix = route_prefix()
+    if not prefix:
+        endpoint = _ENDPOINT_OF_PATH.get(path)
+        return None if endpoint is None else ("openai", endpoint)
+    if path != prefix and not path.startswith(prefix + "/"):
+        return None
+    rest = path[len(prefix):]
+    if rest == "/v1/models" or rest.startswith("/v1/models/"):
+        return "openai", "models"
+    return "openai", _ENDPOINT_OF_PATH.get(rest, "other")
+
+
+def error_document(status: int, message: str) -> bytes:
+    """An error answer's body in OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``."""
+    from ..protocol.rest.openai.error_body import error_body
+
+    return error_body(status, message)
+
+
 class _OpenAIHandler(StreamingHandler):
     """What the OpenAI routes share: no route unless an OpenAI model is served, errors in OpenAI's shape."""
 
@@ -36,9 +65,7 @@ class _OpenAIHandler(StreamingHandler):
             raise HTTPError(404, f"no route for {self.request.method} {self.request.path}")
 
     def error_document(self, status: int, message: str) -> bytes:
-        from ..protocol.rest.openai.error_body import error_body
-
-        return error_body(status, message)
+        return error_document(status, message)
 
     def failure_answer(self, exc: BaseException, failure: Any) -> Tuple[int, bytes]:
         from ..protocol.rest.openai.error_body import error_answer
@@ -80,14 +107,14 @@ class _InferenceHandler(_OpenAIHandler):
 
     def _exchange(self) -> Tuple[Any, Dict[str, Any]]:
         """The ``raw_request`` and ``context`` the model's method is handed."""
-        from ..protocol.rest.openai.raw_request import URL, Address, RawRequest, Response
+        from ..protocol.rest.openai.raw_request import Address, RawRequest, Response
 
         request, call = self.request, self.call
         host, port = _peer(request)
-        raw = RawRequest(call.headers, URL(request.full_url(), request.path, request.query), request.method,
-                         Address(host, port) if host else None, request.body,
-                         {k: v[-1].decode("utf-8", "replace") for k, v in request.query_arguments.items()},
-                         lambda: call.gone)
+        raw = RawRequest(method=request.method, scheme=request.protocol, host=request.host, path=request.path,
+                         query=request.query, headers=call.headers, body=request.body,
+                         client=Address(host, port) if host else None, server=lambda: _server(request),
+                         gone=lambda: call.gone, http_version=request.version.rpartition("/")[2])
         return raw, {"headers": call.headers, "response": Response()}
 
 
@@ -97,6 +124,16 @@ def _peer(request: Any) -> Tuple[Optional[str], int]:
     if isinstance(address, tuple) and len(address) >= 2:
         return str(address[0]), int(address[1])
     return request.remote_ip, 0
+
+
+def _server(request: Any) -> Optional[Tuple[str, int]]:
+    """The server's end of the connection (the ASGI scope's ``server``), or None (a Unix socket)."""
+    stream = getattr(request.connection, "stream", None)
+    try:
+        local = stream.socket.getsockname()
+    except (AttributeError, OSError):
+        return None
+    return (str(local[0]), int(local[1])) if isinstance(local, tuple) and len(local) >= 2 else None
 
 
 async def _one(answer: Any):
@@ -148,10 +185,20 @@ class ModelsHandler(_OpenAIHandler):
         self.send_body(encode_answer(Model(id=name, created=_STARTED, owned_by="kserve")))
 
 
+class UnknownPathHandler(_OpenAIHandler):
+    """Any other path under the prefix: 404 in OpenAI's error shape, whatever the method."""
+
+    def prepare(self) -> None:
+        super().prepare()
+        raise HTTPError(404, f"no route for {self.request.method} {self.request.path}")
+
+
 def routes() -> List[Tuple[str, type]]:
     """The route-table entries of the OpenAI API (always in the table; they answer only while an OpenAI
-    model is served)."""
+    model is served), the last one taking every other path under the prefix (none with an empty prefix,
+    where the other paths are KServe's)."""
     p = route_prefix()
-    return [(rf"{p}/v1/completions", CompletionsHandler), (rf"{p}/v1/chat/completions", ChatCompletionsHandler),
-            (rf"{p}/v1/embeddings", EmbeddingsHandler), (rf"{p}/v1/rerank", RerankHandler),
-            (rf"{p}/v1/models", ModelsHandler), (rf"{p}/v1/models/([^/]+?)", ModelsHandler)]
+    table = [(rf"{p}/v1/completions", CompletionsHandler), (rf"{p}/v1/chat/completions", ChatCompletionsHandler),
+             (rf"{p}/v1/embeddings", EmbeddingsHandler), (rf"{p}/v1/rerank", RerankHandler),
+             (rf"{p}/v1/models", ModelsHandler), (rf"{p}/v1/models/([^/]+?)", ModelsHandler)]
+    return table + [(rf"{re.escape(p)}(?:/.*)?", UnknownPathHandler)] if p else table

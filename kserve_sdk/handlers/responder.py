@@ -6,7 +6,7 @@ import datetime
 import numbers
 import time
 from email.utils import formatdate
-from typing import Any, Dict, NamedTuple, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 from tornado import httputil
 from tornado.httputil import HTTPHeaders, HTTPServerRequest
@@ -30,10 +30,13 @@ class Reply(NamedTuple):
     headers: Dict[str, str]
 
 
-def error_reply(call: Call, exc: BaseException, where: str) -> Tuple[int, Reply]:
-    """The status and ``{"error": ...}`` reply answering ``exc``; the call logs it (``where``: method and path)."""
+def error_reply(call: Call, exc: BaseException, where: str,
+                document: Optional[Callable[[int, str], bytes]] = None) -> Tuple[int, Reply]:
+    """The status and ``{"error": ...}`` reply answering ``exc``; the call logs it (``where``: method and path).
+    ``document(status, message)`` makes the body instead, for a protocol whose errors have another shape."""
     failure = call.failed(exc, where)
-    return failure.status, Reply(dumps({"error": failure.message}), JSON, failure_headers(failure))
+    body = dumps({"error": failure.message}) if document is None else document(failure.status, failure.message)
+    return failure.status, Reply(body, JSON, failure_headers(failure))
 
 
 def failure_headers(failure: Failure) -> Dict[str, str]:

@@ -4,7 +4,8 @@ v1 model; a repository loads ``late-<name>`` chat models on demand through ``/v2
 - ``parrot``: an OpenAIChatAdapterModel whose completion repeats the prompt's words, one streamed chunk per
   word in KServe's preformatted ``"data: ..."`` strings, ``[DONE]`` last.
 - ``objects``: an OpenAIGenerativeModel streaming chunk objects and dicts, which the server frames; special
-  prompts answer each kind of error, report the raw request, or stream slowly and write a file named by
+  prompts answer each kind of error, report the raw request (``whoami``) and what it reads of its ASGI scope
+  (``scope``), or stream slowly and write a file named by
   the request's ``x-request-id`` into ``$OPENAI_TEST_MARKERS`` when its stream is closed early.
 - ``kserve-style``: an adapter model whose ``create_completion`` takes no ``context``, as KServe's allow.
 - ``hasher``: an OpenAIEncoderModel (word-count embeddings, word-overlap rerank).
@@ -157,7 +158,38 @@ class Objects(OpenAIGenerativeModel):
                      "disconnected": await raw_request.is_disconnected(), "pydantic": "pydantic" in sys.modules}
             return Completion(model=self.name, usage=usage(1, 1),
                               choices=[CompletionChoice(index=0, text=json.dumps(about))])
+        if prompt == "scope":
+            return Completion(model=self.name, usage=usage(1, 1),
+                              choices=[CompletionChoice(index=0, text=json.dumps(await read_scope(raw_request)))])
         return None
+
+
+async def read_scope(raw_request):
+    """What KServe code reads of a Starlette request: its ASGI scope as a mapping, ``scope``, ``state``,
+    the query, headers in any case, the URL's parts, cookies and the body."""
+    before = "upstream_headers" in raw_request
+    raw_request.scope["upstream_headers"] = {"x-up": "1"}  # as a hook does for OpenAIProxyModel
+    raw_request.state.user = "u1"
+    try:
+        raw_request.state.nobody
+        missing = None
+    except AttributeError as e:
+        missing = str(e)
+    scope = {key: raw_request[key] for key in ("type", "method", "path", "scheme", "root_path", "http_version")}
+    return {
+        "scope": scope, "query_string": raw_request["query_string"].decode(),
+        "custom_header": [[k.decode(), v.decode()] for k, v in raw_request["headers"] if k == b"x-custom"],
+        "client": [raw_request["client"][0], raw_request["client"][1] > 0], "server": list(raw_request["server"]),
+        "upstream_headers": [before, "upstream_headers" in raw_request, raw_request.get("upstream_headers")],
+        "state": [raw_request.state.user, raw_request["state"], missing], "mapping": "method" in set(raw_request),
+        "query_params": [dict(raw_request.query_params), raw_request.query_params.getlist("a")],
+        "headers": [raw_request.headers["X-Custom"], raw_request.headers.get("X-CUSTOM"),
+                    "X-Custom" in raw_request.headers, raw_request.headers.get("x-absent")],
+        "url": [raw_request.url.path, raw_request.url.query, raw_request.url.hostname, raw_request.url.port,
+                raw_request.url.scheme, raw_request.url.is_secure, str(raw_request.base_url)],
+        "cookies": raw_request.cookies, "body_model": (await raw_request.json())["model"],
+        "body": len(await raw_request.body()), "client_host": raw_request.client.host,
+    }
 
 
 class Hasher(OpenAIEncoderModel):

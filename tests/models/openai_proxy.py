@@ -4,11 +4,13 @@
 
   echo         validates the upstream's answers and re-frames its streams (health: the upstream's model route)
   echo-fast    skip_upstream_validation: streams passed through as the upstream sent them
-  hooked       the six hooks: the prompt upper-cased on the way out, "!" added to answers on the way back
+  hooked       the six hooks: the prompt upper-cased on the way out, "!" added to answers on the way back;
+               a completion goes with the headers its hook put under raw_request["upstream_headers"]
   ghost        a name the upstream does not serve (its 404 comes back)
   down         an upstream nobody listens on, no health endpoint (the request itself fails: 503)
   down-health  the same with the default /health endpoint (the model is not ready: 503)
   impatient    a 0.5 s timeout (a slow upstream: 504)
+  nully        validates the upstream's answers, whose optional fields are null (health: none)
   junk         the upstream's /v2 routes, which know no /v1/completions (an answer that is not OpenAI's: 502)
 """
 import argparse
@@ -22,6 +24,7 @@ class HookedProxy(OpenAIProxyModel):
 
     def preprocess_completion_request(self, request, raw_request=None):
         request.prompt = str(request.prompt).upper()
+        raw_request.scope["upstream_headers"] = {"x-request-id": "set-by-the-hook"}  # KServe's convention
 
     def postprocess_completion(self, completion, request, raw_request=None):
         completion.choices[0].text += "!"
@@ -56,6 +59,7 @@ def main() -> None:
         OpenAIProxyModel("down", dead, health_endpoint=None),
         OpenAIProxyModel("down-health", dead),
         OpenAIProxyModel("impatient", up, health_endpoint=None, timeout=0.5),
+        OpenAIProxyModel("nully", up, health_endpoint=None),
         OpenAIProxyModel("junk", args.upstream + "/v2", health_endpoint=None),
     ])
 

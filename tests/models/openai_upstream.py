@@ -9,6 +9,9 @@ Prompts that misbehave on purpose:
   "slow"         the answer comes after 30 s (before any byte: the proxy's timeout)
   "stall"        a stream sends its first word, then nothing for 30 s
   max_tokens > 100  a 400 in OpenAI's shape, about the max_tokens field
+
+It also serves ``nully``, whose answers and chunks are dicts with ``null`` in every optional field, as
+OpenAI's API and LitServe send them (``"tool_calls": null``, ``"logprobs": {"tokens": null, ...}``).
 """
 import argparse
 import asyncio
@@ -75,6 +78,50 @@ class EchoModel(OpenAIGenerativeModel):
         yield last
 
 
+class NullyModel(OpenAIGenerativeModel):
+    """Echoes the prompt's words as OpenAI's API and LitServe write answers: dicts where every optional
+    field is present and null (which vllm's types refuse in the list fields)."""
+
+    async def create_completion(self, request, raw_request=None, context=None):
+        words = str(request.prompt).split()
+        if request.stream:
+            return self._chunks(words, lambda word: {"index": 0, "text": word, "finish_reason": None,
+                                                     "logprobs": _NULL_LOGPROBS}, "text_completion")
+        return {"id": "cmpl-nully", "object": "text_completion", "created": 1, "model": self.name,
+                "system_fingerprint": None, "usage": _null_usage(words),
+                "choices": [{"index": 0, "text": " ".join(words), "finish_reason": "stop",
+                             "logprobs": _NULL_LOGPROBS}]}
+
+    async def create_chat_completion(self, request, raw_request=None, context=None):
+        words = str(request.messages[-1].get("content")).split()
+        if request.stream:
+            return self._chunks(words, lambda word: {"index": 0, "finish_reason": None, "delta": {
+                "role": "assistant", "content": word, "name": None, "tool_calls": None, "tool_call_id": None,
+                "function_call": None, "refusal": None}, "logprobs": {"content": [
+                    {"token": word, "logprob": -0.5, "bytes": None, "top_logprobs": None}], "refusal": None}},
+                "chat.completion.chunk")
+        message = {"role": "assistant", "content": " ".join(words), "refusal": None, "tool_calls": None,
+                   "function_call": None, "audio": None}
+        return {"id": "chatcmpl-nully", "object": "chat.completion", "created": 1, "model": self.name,
+                "system_fingerprint": None, "service_tier": None, "usage": _null_usage(words),
+                "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}]}
+
+    async def _chunks(self, words: List[str], choice, kind: str) -> AsyncIterator[Dict[str, Any]]:
+        for word in words:
+            yield {"id": "nully-1", "object": kind, "created": 1, "model": self.name, "system_fingerprint": None,
+                   "usage": None, "choices": [choice(word)]}
+        yield {"id": "nully-1", "object": kind, "created": 1, "model": self.name, "system_fingerprint": None,
+               "choices": [], "usage": _null_usage(words)}
+
+
+_NULL_LOGPROBS = {"text_offset": None, "token_logprobs": None, "tokens": None, "top_logprobs": None}
+
+
+def _null_usage(words: List[str]) -> Dict[str, Any]:
+    return {"prompt_tokens": len(words), "completion_tokens": len(words), "total_tokens": 2 * len(words),
+            "prompt_tokens_details": None, "completion_tokens_details": None}
+
+
 def _usage(prompt: Any, words: List[str]) -> UsageInfo:
     n = len(str(prompt).split())
     return UsageInfo(prompt_tokens=n, completion_tokens=len(words), total_tokens=n + len(words))
@@ -88,7 +135,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(parents=[kserve.model_server.parser])
     parser.add_argument("--names", default="echo", help="comma-separated model names")
     args, _ = parser.parse_known_args()
-    kserve.ModelServer().start([EchoModel(name) for name in args.names.split(",")])
+    kserve.ModelServer().start([EchoModel(name) for name in args.names.split(",")] + [NullyModel("nully")])
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ from typing import Any, Dict, List, Literal, Optional, Union
 
 from pydantic import Field
 
-from .common import OpenAIBaseModel, UsageInfo, now, random_id
+from .common import NullableList, OpenAIBaseModel, UsageInfo, now, random_id
 from .messages import ChatCompletionMessageParam
 from .sampling import SamplingRequest
 
@@ -84,7 +84,7 @@ class ChatMessage(OpenAIBaseModel):
     role: str
     content: Optional[str] = None
     refusal: Optional[str] = None
-    tool_calls: List[ToolCall] = Field(default_factory=list)
+    tool_calls: NullableList[ToolCall] = Field(default_factory=list)
     reasoning_content: Optional[str] = None
 
 
@@ -99,7 +99,7 @@ class ChatCompletionLogProb(OpenAIBaseModel):
 class ChatCompletionLogProbsContent(ChatCompletionLogProb):
     """A token of the answer with the most likely tokens at its place."""
 
-    top_logprobs: List[ChatCompletionLogProb] = Field(default_factory=list)
+    top_logprobs: NullableList[ChatCompletionLogProb] = Field(default_factory=list)
 
 
 class ChatCompletionLogProbs(OpenAIBaseModel):
@@ -136,7 +136,7 @@ class ChoiceDelta(OpenAIBaseModel):
     role: Optional[str] = None
     content: Optional[str] = None
     reasoning_content: Optional[str] = None
-    tool_calls: List[DeltaToolCall] = Field(default_factory=list)
+    tool_calls: NullableList[DeltaToolCall] = Field(default_factory=list)
 
 
 class ChunkChoice(OpenAIBaseModel):

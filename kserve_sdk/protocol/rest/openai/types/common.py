@@ -1,10 +1,21 @@
-"""What the OpenAI documents share: the base class (unknown fields accepted), ids, usage, the model list,
-stream options and the error answer."""
+"""What the OpenAI documents share: the base class (unknown fields accepted), list fields that read null
+as empty, ids, usage, the model list, stream options and the error answer."""
 import time
 import uuid
-from typing import List, Optional
+from typing import Annotated, Any, List, Optional, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+T = TypeVar("T")
+
+
+def _empty_if_null(value: Any) -> Any:
+    return [] if value is None else value
+
+
+#: A list field that reads ``null`` as an empty list: OpenAI's API and servers such as LitServe send
+#: ``"tool_calls": null`` or ``"tokens": null`` where vllm's types want a list (and refuse null).
+NullableList = Annotated[List[T], BeforeValidator(_empty_if_null)]
 
 
 class OpenAIBaseModel(BaseModel):

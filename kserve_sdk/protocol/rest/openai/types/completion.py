@@ -1,10 +1,10 @@
 """``/v1/completions``: the request, the answer, its streamed chunks and their log probabilities, with the
 field names, defaults and ``object`` values of vllm's types (which KServe re-exports)."""
-from typing import Dict, List, Literal, Optional, Union
+from typing import Annotated, Dict, List, Literal, Optional, Union
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
-from .common import OpenAIBaseModel, UsageInfo, now, random_id
+from .common import NullableList, OpenAIBaseModel, UsageInfo, now, random_id
 from .sampling import SamplingRequest
 
 
@@ -16,7 +16,7 @@ class CompletionRequest(SamplingRequest):
     echo: Optional[bool] = False
     logprobs: Optional[int] = None
     max_tokens: Optional[int] = 16
-    n: int = 1
+    n: Annotated[int, BeforeValidator(lambda n: 1 if n is None else n)] = 1  # the API's "integer or null"
     suffix: Optional[str] = None
     add_special_tokens: bool = True
 
@@ -24,10 +24,10 @@ class CompletionRequest(SamplingRequest):
 class CompletionLogProbs(OpenAIBaseModel):
     """Log probabilities of a completion's tokens: one entry per token in each list."""
 
-    text_offset: List[int] = Field(default_factory=list)
-    token_logprobs: List[Optional[float]] = Field(default_factory=list)
-    tokens: List[str] = Field(default_factory=list)
-    top_logprobs: List[Optional[Dict[str, float]]] = Field(default_factory=list)
+    text_offset: NullableList[int] = Field(default_factory=list)
+    token_logprobs: NullableList[Optional[float]] = Field(default_factory=list)
+    tokens: NullableList[str] = Field(default_factory=list)
+    top_logprobs: NullableList[Optional[Dict[str, float]]] = Field(default_factory=list)
 
 
 class _CompletionChoiceFields(OpenAIBaseModel):
