@@ -9,7 +9,7 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 _m = None  # the metric objects, once set up
 _own_dir: Optional[str] = None
@@ -165,15 +165,29 @@ def llm_tokens(model_name: str, usage: Optional[dict]) -> None:
             _child(counter, model_name).inc(count)
 
 
-def llm_chunk_timers(model_name: str) -> Tuple[Callable[[float], None], Callable[[float], None]]:
-    """The observers of an OpenAI stream's time to first chunk and of its gaps between chunks (seconds)."""
+def llm_chunk_timers(model_name: str) -> Tuple[Callable[[float], None], Any]:
+    """The observer of an OpenAI stream's time to first chunk, and a tally (``observe``, ``flush``) of its
+    gaps between chunks (seconds): a stream's gaps come many per loop round, so they are counted locally
+    and added to the histogram every few hundred and when the stream ends."""
     if _m is None:
-        return _ignore, _ignore
-    return _child(_m.llm_first_chunk, model_name).observe, _child(_m.llm_chunk_gap, model_name).observe
+        return _ignore, _NO_TALLY
+    from .internals.prometheus_writers import tally
+
+    return _child(_m.llm_first_chunk, model_name).observe, tally(_child(_m.llm_chunk_gap, model_name))
 
 
 def _ignore(_: float) -> None:
     pass
+
+
+class _NoTally:
+    observe = staticmethod(_ignore)
+
+    def flush(self) -> None:
+        pass
+
+
+_NO_TALLY = _NoTally()
 
 
 def render(accept: Optional[str]) -> Tuple[bytes, str]:

@@ -98,11 +98,12 @@ class _ChunkMeter:
     def seen(self, chunk: Any) -> None:
         """One chunk went out."""
         now = time.perf_counter()
-        (self.first_chunk if self.final is None else self.gap)(now - self.last)
+        (self.first_chunk if self.final is None else self.gap.observe)(now - self.last)
         self.last, self.previous, self.final = now, self.final, chunk
 
     def ended(self) -> None:
-        """The stream is over: count its tokens."""
+        """The stream is over: count its tokens, and its gaps not yet counted."""
+        self.gap.flush()
         from .protocol.rest.openai.codec import usage_of
 
         usage = usage_of(self.final) if self.final is not None else None

@@ -100,6 +100,43 @@ def test_prometheus_children_are_written_directly_and_count_like_prometheus_clie
     assert [float(x) for x in out.split("] ")[1].split()] == pytest.approx([5.65, 2.0])
 
 
+PROMETHEUS_TALLY = """
+from kserve_sdk import metrics
+metrics.setup()
+from prometheus_client import CollectorRegistry, Histogram, multiprocess
+from kserve_sdk.internals import prometheus_writers
+from kserve_sdk.internals.prometheus_writers import direct_writer, tally
+prometheus_writers.TALLY_FLUSH_EVERY = 3
+hist = Histogram("t", "a tallied histogram", buckets=(0.1, 1.0))
+counted = tally(direct_writer(hist))
+print(type(counted).__name__)
+registry = CollectorRegistry()
+multiprocess.MultiProcessCollector(registry)
+def seen():
+    return [registry.get_sample_value("t_bucket", {"le": le}) for le in ("0.1", "1.0", "+Inf")] + [
+        registry.get_sample_value("t_sum")]
+for amount in (0.05, 0.1):
+    counted.observe(amount)
+print(seen())  # fewer than TALLY_FLUSH_EVERY: not in the histogram yet
+counted.observe(0.5)  # the third: flushed
+print(seen())
+counted.observe(5.0)
+counted.flush()
+print(seen())
+"""
+
+
+@pytest.mark.parametrize("internals, kind", [("on", "SlotTally"), ("off", "ReplayTally")])
+def test_a_tally_adds_to_its_histogram_what_observe_would(tmp_path, internals, kind):
+    """prometheus_writers.tally (a stream's gaps between chunks): counted locally, added on every
+    TALLY_FLUSH_EVERY-th observation and at flush, with the buckets and sum observe would give."""
+    lines = _run_python(PROMETHEUS_TALLY, tmp_path, KSERVE_SDK_INTERNALS=internals).splitlines()
+    assert lines[0] == kind
+    assert lines[1] in ("[0.0, 0.0, 0.0, 0.0]", "[None, None, None, None]")
+    assert lines[2] == "[2.0, 3.0, 3.0, 0.65]"
+    assert lines[3].startswith("[2.0, 3.0, 4.0, 5.65")
+
+
 def test_prometheus_tricks_off_leave_prometheus_client_alone(tmp_path):
     out = _run_python("from kserve_sdk import metrics\nmetrics.setup()\n"
                       "from prometheus_client import Histogram, values\n"

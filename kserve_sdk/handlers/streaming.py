@@ -86,7 +86,7 @@ class StreamingHandler(BaseHandler):
         async for item in items:
             await self._send(encode(item))
             sent += 1
-            if sent % 16 == 0:
+            if sent % 32 == 0:
                 # A write to a ready socket completes without yielding: give other requests a turn, or a
                 # model that yields without awaiting keeps the loop to itself.
                 await asyncio.sleep(0)

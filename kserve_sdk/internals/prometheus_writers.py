@@ -64,3 +64,64 @@ class SlotHistogram:
         """Count ``amount`` in the first bucket whose bound is at or above it, as prometheus-client does."""
         self._buckets[bisect_left(self._bounds, amount)][0] += 1
         self._sum[0] += amount
+
+
+#: A tally adds what it counted to its histogram after this many observations (and when flushed).
+TALLY_FLUSH_EVERY = 256
+
+
+def tally(writer):
+    """A tally of ``writer`` (a histogram's direct writer or child): observations counted in local buckets
+    and added to the histogram every :data:`TALLY_FLUSH_EVERY` observations and at ``flush()``. For values
+    that come many per loop round, such as the gaps between a stream's chunks."""
+    return SlotTally(writer) if isinstance(writer, SlotHistogram) else ReplayTally(writer)
+
+
+class SlotTally:
+    """A tally of a :class:`SlotHistogram`: an observation is a bisect and two local additions."""
+
+    __slots__ = ("_histogram", "_bounds", "_counts", "_total", "_left")
+
+    def __init__(self, histogram: SlotHistogram):
+        self._histogram, self._bounds = histogram, histogram._bounds
+        self._counts, self._total, self._left = [0] * len(histogram._buckets), 0.0, TALLY_FLUSH_EVERY
+
+    def observe(self, amount: float) -> None:
+        """Count ``amount``, as ``SlotHistogram.observe`` would."""
+        self._counts[bisect_left(self._bounds, amount)] += 1
+        self._total += amount
+        self._left -= 1
+        if not self._left:
+            self.flush()
+
+    def flush(self) -> None:
+        """Add what was counted since the last flush to the histogram."""
+        counts, buckets = self._counts, self._histogram._buckets
+        for i, n in enumerate(counts):
+            if n:
+                buckets[i][0] += n
+                counts[i] = 0
+        self._histogram._sum[0] += self._total
+        self._total, self._left = 0.0, TALLY_FLUSH_EVERY
+
+
+class ReplayTally:
+    """A tally of a histogram child of prometheus-client's own (the plain path): observations kept and
+    replayed through its ``observe``."""
+
+    __slots__ = ("_child", "_amounts")
+
+    def __init__(self, child):
+        self._child, self._amounts = child, []
+
+    def observe(self, amount: float) -> None:
+        """Keep ``amount`` for the next flush."""
+        self._amounts.append(amount)
+        if len(self._amounts) >= TALLY_FLUSH_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        """Observe what was kept."""
+        for amount in self._amounts:
+            self._child.observe(amount)
+        self._amounts.clear()
