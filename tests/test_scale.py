@@ -174,21 +174,31 @@ def _throughput(port, requests, concurrency):
     return asyncio.run(main())
 
 
-def test_two_workers_scale_cpu_bound_models(start_server):
-    one = start_server("tests/models/scale.py", env={"SCALE_MODELS": "cpu"}, grpc=False)
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used so far."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_two_workers_share_cpu_bound_work(start_server):
+    """With --workers 2, concurrent CPU-bound requests are worked on by both processes, which is what lets a
+    second core help (the speed-up itself is a benchmark's to measure: on a shared machine it is not a test's)."""
     two = start_server("tests/models/scale.py", "--workers", "2", env={"SCALE_MODELS": "cpu"}, grpc=False)
-    _throughput(one.http_port, 4, 2)  # warm up
-    _throughput(two.http_port, 4, 2)
-    rates_one, rates_two = [], []
-    deadline = time.monotonic() + 40
-    # Alternate, and compare each server's best round: the machine is shared, and while something else holds
-    # a core no server can use two. More rounds (bounded) give a quiet moment; one worker never reaches 1.7x.
-    while len(rates_one) < 3 or (max(rates_two) < 1.7 * max(rates_one) and time.monotonic() < deadline):
-        # 40 requests a round: with fewer, the last few leave one worker idle and the tail dominates
-        rates_one.append(_throughput(one.http_port, 40, 4))
-        rates_two.append(_throughput(two.http_port, 40, 4))
-    one.stop()
-    assert max(rates_two) >= 1.7 * max(rates_one), (rates_one, rates_two)
+    deadline = time.monotonic() + 10
+    while len(_worker_pids(two)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pids = sorted(_worker_pids(two))
+    assert len(pids) == 2
+    _throughput(two.http_port, 4, 2)  # warm up
+    before = {pid: _cpu_seconds(pid) for pid in pids}
+    shares = {}
+    for _ in range(10):  # bounded: the kernel may hand a few connections in a row to one worker
+        _throughput(two.http_port, 16, 4)
+        used = {pid: _cpu_seconds(pid) - before[pid] for pid in pids}
+        shares = {pid: used[pid] / sum(used.values()) for pid in pids}
+        if min(shares.values()) >= 0.25:
+            break
+    assert min(shares.values()) >= 0.25, shares
 
 
 def test_grpc_answers_in_every_worker_and_dead_workers_are_replaced(start_server):
