@@ -8,14 +8,15 @@ import asyncio
 import functools
 import inspect
 import time
-from contextlib import aclosing, contextmanager
+from contextlib import contextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import executor, log_settings, metrics, statistics, tracing
+from . import executor, log_settings, statistics, tracing
 from .errors import (DeadlineExceeded, InferenceError, InvalidInput, ModelError, ModelNotFound, ModelNotReady,
                      ServerBusy, ServerNotReady, is_untyped)
+from .counted_stream import CountedStream
 from .lifecycle import Call, Timings, detached_timings, model_call_finished
 from .model import InferenceModel, InferenceVerb, Model
 from .model_config import triton_config
@@ -420,38 +421,15 @@ class DataPlane:
         async for item in self.counted_stream(model_name, items, headers, protocol, detached_timings(call)):
             yield self._as_v2_response(model_name, seen[0], item) if isinstance(seen[0], InferRequest) else item
 
-    async def counted_stream(self, model_name: str, items: Optional[AsyncIterator[Any]], headers: Dict[str, str],
-                             protocol: str, timings: Timings, model: Any = None, request: Any = None,
-                             watch: Optional[Any] = None) -> AsyncIterator[Any]:
-        """A model's stream of answers inside the call's accounting: in flight while it runs, then stream
-        metrics, statistics and the latency line. ``items`` None: ``model(request)`` answers once.
-        ``watch`` (a protocol's own per-chunk metrics) has ``seen(item)`` called for each answer and
-        ``ended()`` once the stream is over, in this loop rather than in a generator around it."""
-        self.begin_request(model_name)
-        start, first, count, failed = time.perf_counter(), None, 0, False
-        try:
-            if items is None:  # a model that is not a Model subclass answers once
-                items = _single((await _maybe_await(model(request, headers=headers)))[0])
-            async with aclosing(items) as responses:
-                with naming_the_model(model_name):
-                    async for item in responses:
-                        if first is None:
-                            first = time.perf_counter() - start
-                        count += 1
-                        if watch is not None:
-                            watch.seen(item)
-                        yield item
-        except Exception:  # a client that leaves (GeneratorExit, CancelledError) is no failure of the model
-            failed = True
-            raise
-        finally:
-            self.end_request(model_name)
-            if watch is not None:
-                watch.ended()
-            metrics.stream_finished(model_name, protocol, count, first)
-            if timings.traced:  # the stream's span counts its chunks
-                timings.chunks = count
-            self.execution_finished(model_name, timings, start, not failed, headers)  # however many responses
+    def counted_stream(self, model_name: str, items: Optional[AsyncIterator[Any]], headers: Dict[str, str],
+                       protocol: str, timings: Timings, model: Any = None, request: Any = None,
+                       watch: Optional[Any] = None) -> CountedStream:
+        """A model's stream of answers inside the call's accounting (:class:`~.counted_stream.CountedStream`:
+        iterate it, or ``pump`` it): in flight while it runs, then stream metrics, statistics and the
+        latency line. ``items`` None: ``model(request)`` answers once. ``watch`` (a protocol's own
+        per-chunk metrics) has ``seen(item)`` called for each answer and ``ended()`` once the stream is
+        over, in the stream's own loop rather than in a generator around it."""
+        return CountedStream(self, model_name, items, headers, protocol, timings, model, request, watch)
 
     def execution_finished(self, model_name: str, timings: Timings, start: float, ok: bool,
                            headers: Dict[str, str]) -> None:

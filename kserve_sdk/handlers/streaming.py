@@ -5,7 +5,7 @@ An error before the first response is an ordinary HTTP error; after it, a final 
 ``data: {"error": "..."}`` ends the stream cleanly. A client that goes away cancels the model's generator.
 """
 import asyncio
-from typing import Any, AsyncIterator, Callable, Dict, Optional, Tuple
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Tuple
 
 from orjson import loads as orjson_loads
 
@@ -38,41 +38,43 @@ class StreamingHandler(BaseHandler):
     """Writes an async iterator of responses as they come: the first at once, later ones flushed within
     ``COALESCE_SECONDS`` (so a model that yields faster shares socket writes)."""
 
-    _unsent: Optional[list] = None  # encoded responses not yet handed to Tornado
+    _unsent: Optional[list] = None  # encoded responses not yet handed to Tornado; None until the first
     _unsent_bytes = 0
+    _sent = 0
     _flush_timer: Optional[asyncio.TimerHandle] = None
 
     async def send_stream(self, items: AsyncIterator[Any], encode: Callable[[Any], bytes], frame: Callable,
                           content_type: str, response_headers: Dict[str, str], trailer: bytes = b"") -> None:
-        """Send ``items``, each as ``encode(item)`` (framed: the bytes that go out). Errors before the first
+        """Send ``items`` (an async iterator, or a :class:`~kserve_sdk.counted_stream.CountedStream`, which
+        is pumped), each as ``encode(item)`` (framed: the bytes that go out). Errors before the first
         become HTTP errors, a later one the final frame ``frame(error document)``; ``trailer`` (e.g. an SSE
         ``[DONE]`` event) goes last."""
         call = self.open_call()
         call.watch(asyncio.current_task())
+        # the headers go with the first response: a model may set response_headers until it yields it
+        self._encode, self._stream_headers = encode, (content_type, response_headers)
         try:
             try:
-                first = await items.__anext__()
-            except StopAsyncIteration:
-                first = _EMPTY
-            self.set_header("Content-Type", content_type)
-            self.set_header("Cache-Control", "no-cache")
-            for name, value in response_headers.items():
-                self.set_header(name, value)
-            if first is not _EMPTY:
-                # Tornado leaves Nagle's algorithm on until the response ends: a stream's events go out
-                # when written, not when the peer's acknowledgement of the last one comes back.
-                self.request.connection.stream.set_nodelay(True)
-                self.write(encode(first))
-                await self.flush()
-                self._unsent = []
-                try:
-                    await self._send_rest(items, encode)
-                except (asyncio.CancelledError, StreamClosedError):
+                if hasattr(items, "pump"):
+                    await items.pump(self._send_item)
+                else:
+                    async for item in items:
+                        waiting = self._send_item(item)
+                        if waiting is not None:
+                            await waiting
+            except (asyncio.CancelledError, StreamClosedError):
+                raise
+            except Exception as e:
+                if self._unsent is None:  # nothing sent yet: an ordinary HTTP error
                     raise
-                except Exception as e:  # mid-stream: the client has a 200 already, so the error is an event
-                    failure = call.failed(e, f"{self.request.method} {self.request.path} (mid-stream)")
-                    await self._send(frame(self.error_event(failure)))
-                self._write_unsent()
+                # mid-stream: the client has a 200 already, so the error is an event
+                failure = call.failed(e, f"{self.request.method} {self.request.path} (mid-stream)")
+                waiting = self._queue(frame(self.error_event(failure)))
+                if waiting is not None:
+                    await waiting
+            if self._unsent is None:  # no responses: the headers and the trailer only
+                self._set_stream_headers()
+            self._write_unsent()
             self.finish(trailer)  # sends what is buffered; the finally below drops the timer
         except (asyncio.CancelledError, StreamClosedError):
             pass  # the client went away: nothing more to send
@@ -81,29 +83,46 @@ class StreamingHandler(BaseHandler):
             self._cancel_flush_timer()
             await items.aclose()
 
-    async def _send_rest(self, items: AsyncIterator[Any], encode: Callable[[Any], bytes]) -> None:
-        sent = 1
-        async for item in items:
-            await self._send(encode(item))
-            sent += 1
-            if sent % 32 == 0:
-                # A write to a ready socket completes without yielding: give other requests a turn, or a
-                # model that yields without awaiting keeps the loop to itself.
-                await asyncio.sleep(0)
-
     def error_event(self, failure: Any) -> bytes:
         """The document of the event that ends a stream which failed midway (``failure``: lifecycle's)."""
         return self.error_document(failure.status, failure.message)
 
-    async def _send(self, chunk: bytes) -> None:
+    def _send_item(self, item: Any) -> Optional[Awaitable[Any]]:
+        """Send one response: the first at once, with the headers; what to await before the next, if any."""
+        chunk = self._encode(item)
+        if self._unsent is None:
+            self._set_stream_headers()
+            # Tornado leaves Nagle's algorithm on until the response ends: a stream's events go out
+            # when written, not when the peer's acknowledgement of the last one comes back.
+            self.request.connection.stream.set_nodelay(True)
+            self.write(chunk)
+            self._unsent, self._sent = [], 1
+            return self.flush()
+        waiting = self._queue(chunk)
+        self._sent += 1
+        if waiting is None and self._sent % 32 == 0:
+            # A write to a ready socket completes without yielding: give other requests a turn, or a
+            # model that yields without awaiting keeps the loop to itself.
+            return asyncio.sleep(0)
+        return waiting
+
+    def _set_stream_headers(self) -> None:
+        content_type, response_headers = self._stream_headers
+        self.set_header("Content-Type", content_type)
+        self.set_header("Cache-Control", "no-cache")
+        for name, value in response_headers.items():
+            self.set_header(name, value)
+
+    def _queue(self, chunk: bytes) -> Optional[Awaitable[Any]]:
         self._unsent.append(chunk)
         self._unsent_bytes += len(chunk)
         if self._unsent_bytes >= COALESCE_BYTES:
             self._cancel_flush_timer()
             self._write_unsent()
-            await self.flush()  # and wait for the socket: a slow client slows the stream, not our memory
-        elif self._flush_timer is None:
+            return self.flush()  # awaited: a slow client slows the stream, not our memory
+        if self._flush_timer is None:
             self._flush_timer = asyncio.get_running_loop().call_later(COALESCE_SECONDS, self._timed_flush)
+        return None
 
     def _write_unsent(self) -> None:
         """Hand the responses sent since the last flush to Tornado, as one write."""
