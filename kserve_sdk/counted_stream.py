@@ -8,6 +8,8 @@ StreamingHandler does): the same accounting, one async-generator hop less per an
 import time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Optional
 
+from . import dataplane as _dataplane  # the module (half made while it imports this one); read at call time
+from . import metrics
 from .lifecycle import Timings
 
 if TYPE_CHECKING:
@@ -17,6 +19,9 @@ if TYPE_CHECKING:
 class CountedStream:
     """The answers of one model stream (``items``; None: ``model(request)`` answers once). ``watch``, a
     protocol's own per-answer metrics, has ``seen(item)`` called for each answer and ``ended()`` once."""
+
+    __slots__ = ("dataplane", "model_name", "items", "headers", "protocol", "timings", "model", "request",
+                 "watch", "start", "first", "count")
 
     def __init__(self, dataplane: "DataPlane", model_name: str, items: Optional[AsyncIterator[Any]],
                  headers: dict, protocol: str, timings: Timings, model: Any = None, request: Any = None,
@@ -29,12 +34,11 @@ class CountedStream:
         return self._answers()
 
     async def _answers(self) -> AsyncIterator[Any]:
-        from .dataplane import naming_the_model
-
         failed = False
-        items = await self._begin()
+        self._begin()
         try:
-            with naming_the_model(self.model_name):
+            items = self.items if self.items is not None else await self._answer_once()
+            with _dataplane.naming_the_model(self.model_name):
                 async for item in items:
                     self._seen(item)
                     yield item
@@ -42,17 +46,24 @@ class CountedStream:
             failed = True
             raise
         finally:
-            await self._end(items, failed)
+            try:
+                if self.items is not None:
+                    await self.items.aclose()
+            finally:
+                self._end(failed)
 
     async def pump(self, each: Callable[[Any], Optional[Awaitable[Any]]]) -> None:
         """Hand every answer to ``each``, awaiting what it returns when that is not None (a flush). An
         error of the model is raised as for ``async for``; one of ``each`` passes as it is, no failure of
         the model's."""
-        from .dataplane import model_error
-
         failed = False
-        items = await self._begin()
+        self._begin()
         try:
+            try:
+                items = self.items if self.items is not None else await self._answer_once()
+            except Exception:
+                failed = True
+                raise
             next_answer = items.__anext__
             while True:
                 try:
@@ -61,7 +72,7 @@ class CountedStream:
                     break
                 except Exception as e:
                     failed = True
-                    error = model_error(self.model_name, e)
+                    error = _dataplane.model_error(self.model_name, e)
                     if error is None:
                         raise
                     raise error from e
@@ -70,24 +81,23 @@ class CountedStream:
                 if waiting is not None:
                     await waiting
         finally:
-            await self._end(items, failed)
+            try:
+                if self.items is not None:
+                    await self.items.aclose()
+            finally:
+                self._end(failed)
 
     async def aclose(self) -> None:
         """Close the model's generator if it was never iterated (iterating closes it at its end)."""
         if self.start == 0.0 and self.items is not None:
             await self.items.aclose()
 
-    async def _begin(self) -> AsyncIterator[Any]:
-        from .dataplane import _maybe_await, _single
-
+    def _begin(self) -> None:
         self.dataplane.begin_request(self.model_name)
         self.start = time.perf_counter()
-        if self.items is None:
-            try:
-                self.items = _single((await _maybe_await(self.model(self.request, headers=self.headers)))[0])
-            except BaseException as e:
-                await self._end(None, isinstance(e, Exception))
-                raise
+
+    async def _answer_once(self) -> AsyncIterator[Any]:
+        self.items = _dataplane._single((await _dataplane._maybe_await(self.model(self.request, headers=self.headers)))[0])
         return self.items
 
     def _seen(self, item: Any) -> None:
@@ -97,18 +107,12 @@ class CountedStream:
         if self.watch is not None:
             self.watch.seen(item)
 
-    async def _end(self, items: Optional[AsyncIterator[Any]], failed: bool) -> None:
-        from . import metrics
-
-        try:
-            if items is not None:
-                await items.aclose()
-        finally:
-            name, timings = self.model_name, self.timings
-            self.dataplane.end_request(name)
-            if self.watch is not None:
-                self.watch.ended()
-            metrics.stream_finished(name, self.protocol, self.count, self.first)
-            if timings.traced:  # the stream's span counts its chunks
-                timings.chunks = self.count
-            self.dataplane.execution_finished(name, timings, self.start, not failed, self.headers)
+    def _end(self, failed: bool) -> None:
+        name, timings = self.model_name, self.timings
+        self.dataplane.end_request(name)
+        if self.watch is not None:
+            self.watch.ended()
+        metrics.stream_finished(name, self.protocol, self.count, self.first)
+        if timings.traced:  # the stream's span counts its chunks
+            timings.chunks = self.count
+        self.dataplane.execution_finished(name, timings, self.start, not failed, self.headers)
