@@ -5,11 +5,12 @@ statistics and the latency line are written, however many answers there were. A 
 either iterates it (``async for``, as gRPC does) or pumps it into a callback (``pump``, as REST's
 StreamingHandler does): the same accounting, one async-generator hop less per answer for the pump.
 """
+import inspect
 import time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Optional
 
-from . import dataplane as _dataplane  # the module (half made while it imports this one); read at call time
 from . import metrics
+from .errors import model_error, naming_the_model
 from .lifecycle import Timings
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ class CountedStream:
         self._begin()
         try:
             items = self.items if self.items is not None else await self._answer_once()
-            with _dataplane.naming_the_model(self.model_name):
+            with naming_the_model(self.model_name):
                 async for item in items:
                     self._seen(item)
                     yield item
@@ -72,7 +73,7 @@ class CountedStream:
                     break
                 except Exception as e:
                     failed = True
-                    error = _dataplane.model_error(self.model_name, e)
+                    error = model_error(self.model_name, e)
                     if error is None:
                         raise
                     raise error from e
@@ -97,7 +98,10 @@ class CountedStream:
         self.start = time.perf_counter()
 
     async def _answer_once(self) -> AsyncIterator[Any]:
-        self.items = _dataplane._single((await _dataplane._maybe_await(self.model(self.request, headers=self.headers)))[0])
+        answer = self.model(self.request, headers=self.headers)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        self.items = _one(answer[0])
         return self.items
 
     def _seen(self, item: Any) -> None:
@@ -116,3 +120,7 @@ class CountedStream:
         if timings.traced:  # the stream's span counts its chunks
             timings.chunks = self.count
         self.dataplane.execution_finished(name, timings, self.start, not failed, self.headers)
+
+
+async def _one(answer: Any) -> AsyncIterator[Any]:
+    yield answer

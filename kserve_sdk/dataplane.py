@@ -8,15 +8,14 @@ import asyncio
 import functools
 import inspect
 import time
-from contextlib import contextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from . import executor, log_settings, statistics, tracing
-from .errors import (DeadlineExceeded, InferenceError, InvalidInput, ModelError, ModelNotFound, ModelNotReady,
-                     ServerBusy, ServerNotReady, is_untyped)
 from .counted_stream import CountedStream
+from .errors import (DeadlineExceeded, InferenceError, InvalidInput, ModelNotFound, ModelNotReady, ServerBusy,
+                     ServerNotReady, model_error)
 from .lifecycle import Call, Timings, detached_timings, model_call_finished
 from .model import InferenceModel, InferenceVerb, Model
 from .model_config import triton_config
@@ -71,24 +70,6 @@ async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-def model_error(model_name: str, e: BaseException) -> Optional[ModelError]:
-    """A ModelError naming the model for an exception of the model's own code; None for typed errors
-    (InvalidInput, ...) and for cancellations, which pass as they are."""
-    return ModelError(model_name, e) if isinstance(e, Exception) and is_untyped(e) else None
-
-
-@contextmanager
-def naming_the_model(model_name: str):
-    """Turn an exception of the model's own code into a ModelError naming the model (typed errors pass)."""
-    try:
-        yield
-    except Exception as e:
-        error = model_error(model_name, e)
-        if error is None:
-            raise
-        raise error from e
-
-
 @functools.lru_cache(maxsize=None)
 def _is_pipeline_model(cls: type) -> bool:
     """Whether a model class is a Model (whose run_pipeline gives stage timings); remembered per class,
@@ -101,10 +82,6 @@ def not_a_v2_response(model_name: str, response: Any) -> InferenceError:
     shape = "a dict without an \"outputs\" list" if isinstance(response, dict) else type(response).__name__
     return InferenceError(f"model '{model_name}' returned {shape}, which is not a v2 inference response: return "
                           "an InferResponse (kserve_sdk.utils.utils.get_predict_response builds one) or arrays")
-
-
-async def _single(value: Any) -> AsyncIterator[Any]:
-    yield value
 
 
 class DataPlane:

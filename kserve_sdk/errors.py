@@ -3,8 +3,9 @@
 Handlers never decide statuses themselves: they call :func:`status_of` (HTTP) or read ``grpc_code``.
 The class names and messages are KServe's, so user code that raises or catches them keeps working.
 """
+from contextlib import contextmanager
 from http import HTTPStatus
-from typing import Dict, Optional, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 
 class ModelMissingError(Exception):
@@ -99,6 +100,24 @@ class ModelError(InferenceError):
 def is_untyped(exc: BaseException) -> bool:
     """Whether an exception is a model's own (a bug or library error) rather than one that carries a status."""
     return getattr(exc, "http_status", None) is None and not isinstance(exc, NotImplementedError)
+
+
+def model_error(model_name: str, e: BaseException) -> Optional[ModelError]:
+    """A ModelError naming the model for an exception of the model's own code; None for typed errors
+    (InvalidInput, ...) and for cancellations, which pass as they are."""
+    return ModelError(model_name, e) if isinstance(e, Exception) and is_untyped(e) else None
+
+
+@contextmanager
+def naming_the_model(model_name: str) -> Iterator[None]:
+    """Turn an exception of the model's own code into a ModelError naming the model (typed errors pass)."""
+    try:
+        yield
+    except Exception as e:
+        error = model_error(model_name, e)
+        if error is None:
+            raise
+        raise error from e
 
 
 class ModelNotFound(Exception):

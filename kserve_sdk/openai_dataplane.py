@@ -8,8 +8,8 @@ import time
 from typing import Any, Dict, List, Optional
 
 from . import metrics
-from .dataplane import DataPlane, naming_the_model
-from .errors import InvalidInput, ModelNotFound
+from .dataplane import DataPlane
+from .errors import InvalidInput, ModelNotFound, naming_the_model
 from .lifecycle import Call
 from .model_repository import ModelRepository
 from .openai_model import OpenAIEncoderModel, OpenAIGenerativeModel, OpenAIModel

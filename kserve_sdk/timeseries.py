@@ -7,8 +7,8 @@ from typing import Any, Dict, Union
 
 from pydantic import ValidationError
 
-from .dataplane import DataPlane, naming_the_model
-from .errors import InferenceError, ModelNotFound
+from .dataplane import DataPlane
+from .errors import InferenceError, ModelNotFound, naming_the_model
 from .protocol.rest.timeseries.codec import describe_validation_error
 from .protocol.rest.timeseries.error import TimeSeriesError, create_error_response
 from .protocol.rest.timeseries.types import ErrorResponse, ForecastRequest, ForecastResponse

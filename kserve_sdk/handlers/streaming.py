@@ -19,7 +19,6 @@ from .base import BaseHandler, cancel_on_disconnect
 from .cloudevents import decode_cloudevent, encode_cloudevent
 from .inference import cloudevent_reply
 
-_EMPTY = object()
 
 
 def sse_event(payload: bytes) -> bytes:
