@@ -47,11 +47,7 @@ class CountedStream:
             failed = True
             raise
         finally:
-            try:
-                if self.items is not None:
-                    await self.items.aclose()
-            finally:
-                self._end(failed)
+            await self._close(failed)
 
     async def pump(self, each: Callable[[Any], Optional[Awaitable[Any]]]) -> None:
         """Hand every answer to ``each``, awaiting what it returns when that is not None (a flush). An
@@ -82,11 +78,7 @@ class CountedStream:
                 if waiting is not None:
                     await waiting
         finally:
-            try:
-                if self.items is not None:
-                    await self.items.aclose()
-            finally:
-                self._end(failed)
+            await self._close(failed)
 
     async def aclose(self) -> None:
         """Close the model's generator if it was never iterated (iterating closes it at its end)."""
@@ -110,6 +102,14 @@ class CountedStream:
         self.count += 1
         if self.watch is not None:
             self.watch.seen(item)
+
+    async def _close(self, failed: bool) -> None:
+        """Close the model's generator, then account for the stream, however it ended."""
+        try:
+            if self.items is not None:
+                await self.items.aclose()
+        finally:
+            self._end(failed)
 
     def _end(self, failed: bool) -> None:
         name, timings = self.model_name, self.timings
