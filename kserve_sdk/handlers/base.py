@@ -16,7 +16,7 @@ from ..internals.tornado_headers import HeaderRecorder
 from ..lifecycle import Call, Failure
 from ..tracing import answer_traceparent
 from ..protocol.rest_codec import dumps
-from .responder import JSON, SERVER, Reply, failure_headers, header_text
+from .responder import JSON, SERVER, Reply, error_document, failure_headers, header_text
 
 __all__ = ["BaseHandler", "JSON", "Reply", "cancel_on_disconnect", "encoded", "lowercase_headers"]
 
@@ -155,7 +155,7 @@ class BaseHandler(HeaderRecorder, RequestHandler):
     def error_document(self, status: int, message: str) -> bytes:
         """The JSON body of an error answer, ``{"error": message}``; a protocol whose errors have another
         shape (OpenAI's) overrides it."""
-        return dumps({"error": message})
+        return error_document(status, message)
 
     def failure_answer(self, exc: BaseException, failure: Failure) -> Tuple[int, bytes]:
         """The status and body answering ``exc``, whose failure the call has logged."""

@@ -12,7 +12,7 @@ from . import docs, openai, streaming, timeseries, v1, v2
 from .access_log import RequestLog
 from .base import LiveHandler, MetricsHandler, NotFoundHandler, lowercase_headers
 from .fast_path import FastPath
-from .responder import answer_headers, error_reply
+from .responder import answer_headers, error_document, error_reply
 
 _MODEL = r"([^/]+?)"
 _VERSION = r"(?:/versions/([^/]+))?"
@@ -168,7 +168,7 @@ class _BodyLimit(httputil.HTTPMessageDelegate):
         protocol, endpoint, model = fast.labels_of(request.path) if labels is None else (*labels, None)
         call = fast.dataplane.open_call(protocol, endpoint, lowercase_headers(request.headers), model)
         status, reply = error_reply(call, PayloadTooLarge(self._refused), f"{request.method} {request.path}",
-                                    None if labels is None else openai.error_document)
+                                    error_document if labels is None else openai.error_document)
         answer, body = answer_headers(call, request, status, reply, False)
         if close:
             answer["Connection"] = "close"

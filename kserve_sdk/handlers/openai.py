@@ -26,25 +26,21 @@ def route_prefix() -> str:
     return prefix if not prefix or prefix.startswith("/") else f"/{prefix}"
 
 
-#: path after the prefix -> endpoint label, of the inference routes
-_ENDPOINT_OF_PATH = {"/v1/completions": "completions", "/v1/chat/completions": "chat_completions",
-                     "/v1/embeddings": "embeddings", "/v1/rerank": "rerank"}
-
-
 def labels_of(path: str) -> Optional[Tuple[str, str]]:
     """The protocol and endpoint labels of a request to ``path`` if it is the OpenAI API's, for an answer
     given before any handler runs (the body limit's 413): any path under the prefix, or, with an empty
     prefix, the inference routes' own paths (the rest of ``/v1`` is KServe v1's); else None."""
     prefix = route_prefix()
     if not prefix:
-        endpoint = _ENDPOINT_OF_PATH.get(path)
-        return None if endpoint is None else ("openai", endpoint)
+        handler = _INFERENCE_ROUTES.get(path)
+        return None if handler is None else ("openai", handler.endpoint)
     if path != prefix and not path.startswith(prefix + "/"):
         return None
     rest = path[len(prefix):]
     if rest == "/v1/models" or rest.startswith("/v1/models/"):
         return "openai", "models"
-    return "openai", _ENDPOINT_OF_PATH.get(rest, "other")
+    handler = _INFERENCE_ROUTES.get(rest)
+    return "openai", "other" if handler is None else handler.endpoint
 
 
 def error_document(status: int, message: str) -> bytes:
@@ -193,12 +189,16 @@ class UnknownPathHandler(_OpenAIHandler):
         raise HTTPError(404, f"no route for {self.request.method} {self.request.path}")
 
 
+#: path after the prefix -> handler, of the inference routes
+_INFERENCE_ROUTES = {"/v1/completions": CompletionsHandler, "/v1/chat/completions": ChatCompletionsHandler,
+                     "/v1/embeddings": EmbeddingsHandler, "/v1/rerank": RerankHandler}
+
+
 def routes() -> List[Tuple[str, type]]:
     """The route-table entries of the OpenAI API (always in the table; they answer only while an OpenAI
     model is served), the last one taking every other path under the prefix (none with an empty prefix,
     where the other paths are KServe's)."""
     p = route_prefix()
-    table = [(rf"{p}/v1/completions", CompletionsHandler), (rf"{p}/v1/chat/completions", ChatCompletionsHandler),
-             (rf"{p}/v1/embeddings", EmbeddingsHandler), (rf"{p}/v1/rerank", RerankHandler),
-             (rf"{p}/v1/models", ModelsHandler), (rf"{p}/v1/models/([^/]+?)", ModelsHandler)]
+    table = [(rf"{p}{path}", handler) for path, handler in _INFERENCE_ROUTES.items()]
+    table += [(rf"{p}/v1/models", ModelsHandler), (rf"{p}/v1/models/([^/]+?)", ModelsHandler)]
     return table + [(rf"{re.escape(p)}(?:/.*)?", UnknownPathHandler)] if p else table

@@ -6,7 +6,7 @@ import datetime
 import numbers
 import time
 from email.utils import formatdate
-from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Tuple
 
 from tornado import httputil
 from tornado.httputil import HTTPHeaders, HTTPServerRequest
@@ -30,13 +30,17 @@ class Reply(NamedTuple):
     headers: Dict[str, str]
 
 
+def error_document(status: int, message: str) -> bytes:
+    """The JSON body of an error answer: ``{"error": message}``."""
+    return dumps({"error": message})
+
+
 def error_reply(call: Call, exc: BaseException, where: str,
-                document: Optional[Callable[[int, str], bytes]] = None) -> Tuple[int, Reply]:
+                document: Callable[[int, str], bytes] = error_document) -> Tuple[int, Reply]:
     """The status and ``{"error": ...}`` reply answering ``exc``; the call logs it (``where``: method and path).
-    ``document(status, message)`` makes the body instead, for a protocol whose errors have another shape."""
+    ``document(status, message)`` makes the body, for a protocol whose errors have another shape."""
     failure = call.failed(exc, where)
-    body = dumps({"error": failure.message}) if document is None else document(failure.status, failure.message)
-    return failure.status, Reply(body, JSON, failure_headers(failure))
+    return failure.status, Reply(document(failure.status, failure.message), JSON, failure_headers(failure))
 
 
 def failure_headers(failure: Failure) -> Dict[str, str]:

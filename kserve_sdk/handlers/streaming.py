@@ -185,7 +185,7 @@ class InferStreamHandler(StreamingHandler, _GenerateBody):
         def encode(item: Any) -> bytes:
             if tensor_form and isinstance(item, InferResponse):
                 return sse_event(encode_infer_response(item, json_only=True)[0])
-            return b"data: " + dumps(item if tensor_form else to_generate_json(item, name, version)) + b"\n\n"
+            return sse_event(dumps(item if tensor_form else to_generate_json(item, name, version)))
 
         if event is not None:  # the stream's attributes as a binary-mode CloudEvent; each event stays JSON
             ce_headers = encode_cloudevent({}, event[1], "binary", name)[1]
