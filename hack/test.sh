@@ -16,13 +16,16 @@ fi
 if [ $# -gt 0 ]; then
   exec .venv/bin/python -m pytest "$@"
 fi
-.venv/bin/python -m pytest
+# Two pytest workers on a machine with two cores or more, each taking whole test files (a file's servers
+# and fixtures stay in one process): most tests wait on servers they start, so the pair halves the waits.
+WORKERS=$(( $(nproc 2>/dev/null || echo 1) >= 2 ? 2 : 0 ))
+.venv/bin/python -m pytest -n "$WORKERS" --dist loadfile
 # Again with the library-internals tricks off (kserve_sdk/internals/), over the tests of what they touch:
 # metrics, access and latency logs, the body limit, statistics, every path of the call lifecycle (about
 # 45 s). tests/test_internals.py, in the run above, also serves two workers with the tricks off. The whole
 # suite passes that way too:
 # KSERVE_SDK_INTERNALS=off .venv/bin/python -m pytest
 # The drain tests are left out there: draining touches none of the tricks, and they are the slow ones.
-KSERVE_SDK_INTERNALS=off exec .venv/bin/python -m pytest -q tests/test_operations.py tests/test_fast_path.py \
+KSERVE_SDK_INTERNALS=off exec .venv/bin/python -m pytest -q -n "$WORKERS" --dist loadfile tests/test_operations.py tests/test_fast_path.py \
   tests/test_rest_errors.py tests/test_statistics.py tests/test_concurrency.py tests/test_lifecycle.py \
   -k "not sigterm and not grace_period and not 64_slow_requests"
