@@ -166,28 +166,25 @@ def llm_tokens(model_name: str, usage: Optional[dict]) -> None:
 
 
 def llm_chunk_timers(model_name: str) -> Tuple[Callable[[float], None], Any]:
-    """The observer of an OpenAI stream's time to first chunk, and a tally (``observe``, ``flush``) of its
-    gaps between chunks (seconds): a stream's gaps come many per loop round, so they are counted locally
-    and added to the histogram every few hundred and when the stream ends."""
+    """The observer of an OpenAI stream's time to first chunk, and the writer of its gaps between chunks
+    (``observe_gaps(stamps)``: the gaps between consecutive times, in seconds): a stream's gaps come many
+    per loop round, so they are written a few hundred at once."""
     if _m is None:
-        return _ignore, _NO_TALLY
-    from .internals.prometheus_writers import tally
+        return _ignore, _NO_GAPS
+    from .internals.prometheus_writers import gap_writer
 
-    return _child(_m.llm_first_chunk, model_name).observe, tally(_child(_m.llm_chunk_gap, model_name))
+    return _child(_m.llm_first_chunk, model_name).observe, gap_writer(_child(_m.llm_chunk_gap, model_name))
 
 
 def _ignore(_: float) -> None:
     pass
 
 
-class _NoTally:
-    observe = staticmethod(_ignore)
-
-    def flush(self) -> None:
-        pass
+class _NoGaps:
+    observe_gaps = staticmethod(_ignore)
 
 
-_NO_TALLY = _NoTally()
+_NO_GAPS = _NoGaps()
 
 
 def render(accept: Optional[str]) -> Tuple[bytes, str]:

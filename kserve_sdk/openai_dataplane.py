@@ -5,6 +5,7 @@ stream metrics) plus the LLM metrics: tokens from ``usage``, time to the first c
 Nothing here imports pydantic: the requests arrive validated, and answers are only looked at for ``usage``.
 """
 import time
+from time import perf_counter
 from typing import Any, Dict, List, Optional
 
 from . import metrics
@@ -83,27 +84,41 @@ async def openai_call(dataplane: DataPlane, endpoint: str, name: str, request: A
     return answer
 
 
+#: A stream's chunk times are written to the gap histogram this many at once (and when it ends).
+GAPS_PER_WRITE = 256
+
+
 class _ChunkMeter:
     """An OpenAI stream's LLM metrics: time to the first chunk (from the request's arrival), the gaps
-    between chunks, and the tokens of the ``usage`` its last chunks carry (read once, at the end: the
-    usage chunk comes last, before a preformatted ``[DONE]`` if the model sends one)."""
+    between chunks (each chunk's time kept, and the gaps written a few hundred at once), and the tokens of
+    the ``usage`` its last chunks carry (read once, at the end: the usage chunk comes last, before a
+    preformatted ``[DONE]`` if the model sends one)."""
 
-    __slots__ = ("name", "last", "first_chunk", "gap", "previous", "final")
+    __slots__ = ("name", "started", "first_chunk", "gaps", "stamps", "previous", "final")
 
     def __init__(self, name: str, started: float):
-        self.name, self.last = name, started
-        self.first_chunk, self.gap = metrics.llm_chunk_timers(name)
+        self.name, self.started = name, started
+        self.first_chunk, self.gaps = metrics.llm_chunk_timers(name)
+        self.stamps: Optional[List[float]] = None  # the times of the chunks whose gaps are not written yet
         self.previous = self.final = None
 
     def seen(self, chunk: Any) -> None:
         """One chunk went out."""
-        now = time.perf_counter()
-        (self.first_chunk if self.final is None else self.gap.observe)(now - self.last)
-        self.last, self.previous, self.final = now, self.final, chunk
+        now, stamps = perf_counter(), self.stamps
+        if stamps is None:
+            self.first_chunk(now - self.started)
+            self.stamps = [now]
+        else:
+            stamps.append(now)
+            if len(stamps) > GAPS_PER_WRITE:
+                self.gaps.observe_gaps(stamps)
+                del stamps[:-1]
+        self.previous, self.final = self.final, chunk
 
     def ended(self) -> None:
-        """The stream is over: count its tokens, and its gaps not yet counted."""
-        self.gap.flush()
+        """The stream is over: count its tokens, and its gaps not yet written."""
+        if self.stamps is not None:
+            self.gaps.observe_gaps(self.stamps)
         from .protocol.rest.openai.codec import usage_of
 
         usage = usage_of(self.final) if self.final is not None else None

@@ -471,6 +471,24 @@ def test_v1_v2_and_grpc_keep_working(server):
         grpc.close()
 
 
+def test_a_long_streams_gaps_are_all_counted(client, server):
+    """A stream's chunk times are written to the gap histogram a few hundred at once and at its end: a
+    stream of 600 words and [DONE] (601 items the model yields) counts 600 gaps, none twice."""
+    before = scrape(server)
+    words = " ".join(f"w{i}" for i in range(600))
+    texts = [c.choices[0].text for c in client.completions.create(model="parrot", prompt=words, max_tokens=600,
+                                                                   stream=True)]
+    after = scrape(server)
+    assert "".join(texts) == words
+
+    def grew(name, **labels):
+        return value(after, name, model_name="parrot", **labels) - value(before, name, model_name="parrot", **labels)
+
+    assert grew("kserve_llm_chunk_gap_seconds_count") == 600
+    assert grew("kserve_llm_chunk_gap_seconds_bucket", le="+Inf") == 600
+    assert 0 < grew("kserve_llm_chunk_gap_seconds_sum") < 60
+
+
 def test_a_chat_model_loaded_later_gets_its_routes(server, client):
     assert_openai_error(post(server, COMPLETIONS, {"model": "late-one", "prompt": "x"}), 404,
                         "Model with name late-one does not exist.")

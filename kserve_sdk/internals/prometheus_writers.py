@@ -12,6 +12,9 @@ Plain path (``KSERVE_SDK_INTERNALS=off``, or values of prometheus-client's own c
 itself, through its public ``inc`` / ``dec`` / ``observe``.
 """
 from bisect import bisect_left
+from itertools import pairwise
+
+import numpy as np
 
 from . import ENABLED
 from .prometheus_values import SlotValue
@@ -66,62 +69,45 @@ class SlotHistogram:
         self._sum[0] += amount
 
 
-#: A tally adds what it counted to its histogram after this many observations (and when flushed).
-TALLY_FLUSH_EVERY = 256
+def gap_writer(writer):
+    """The writer of ``writer``'s (a histogram's direct writer or child) observations of the gaps between
+    consecutive times: ``observe_gaps(stamps)``, for values that come many per loop round, such as the
+    gaps between a stream's chunks."""
+    return SlotGaps(writer) if isinstance(writer, SlotHistogram) else ReplayGaps(writer)
 
 
-def tally(writer):
-    """A tally of ``writer`` (a histogram's direct writer or child): observations counted in local buckets
-    and added to the histogram every :data:`TALLY_FLUSH_EVERY` observations and at ``flush()``. For values
-    that come many per loop round, such as the gaps between a stream's chunks."""
-    return SlotTally(writer) if isinstance(writer, SlotHistogram) else ReplayTally(writer)
+class SlotGaps:
+    """Gaps added to a :class:`SlotHistogram` in bulk: numpy buckets them all at once, with the bucket
+    ``SlotHistogram.observe`` would pick for each (the first bound at or above it)."""
 
-
-class SlotTally:
-    """A tally of a :class:`SlotHistogram`: an observation is a bisect and two local additions."""
-
-    __slots__ = ("_histogram", "_bounds", "_counts", "_total", "_left")
+    __slots__ = ("_histogram", "_bounds")
 
     def __init__(self, histogram: SlotHistogram):
-        self._histogram, self._bounds = histogram, histogram._bounds
-        self._counts, self._total, self._left = [0] * len(histogram._buckets), 0.0, TALLY_FLUSH_EVERY
+        self._histogram, self._bounds = histogram, np.asarray(histogram._bounds, dtype=float)
 
-    def observe(self, amount: float) -> None:
-        """Count ``amount``, as ``SlotHistogram.observe`` would."""
-        self._counts[bisect_left(self._bounds, amount)] += 1
-        self._total += amount
-        self._left -= 1
-        if not self._left:
-            self.flush()
-
-    def flush(self) -> None:
-        """Add what was counted since the last flush to the histogram."""
-        counts, buckets = self._counts, self._histogram._buckets
-        for i, n in enumerate(counts):
-            if n:
-                buckets[i][0] += n
-                counts[i] = 0
-        self._histogram._sum[0] += self._total
-        self._total, self._left = 0.0, TALLY_FLUSH_EVERY
+    def observe_gaps(self, stamps) -> None:
+        """Observe each gap between consecutive times of ``stamps`` (a list of seconds, in order)."""
+        if len(stamps) < 2:
+            return
+        gaps = np.diff(np.asarray(stamps, dtype=float))
+        counts = np.bincount(np.searchsorted(self._bounds, gaps, side="left"), minlength=len(self._bounds))
+        buckets = self._histogram._buckets
+        for i in np.flatnonzero(counts).tolist():
+            buckets[i][0] += int(counts[i])
+        self._histogram._sum[0] += stamps[-1] - stamps[0]
 
 
-class ReplayTally:
-    """A tally of a histogram child of prometheus-client's own (the plain path): observations kept and
-    replayed through its ``observe``."""
+class ReplayGaps:
+    """Gaps observed one by one through the ``observe`` of a histogram child of prometheus-client's own
+    (the plain path)."""
 
-    __slots__ = ("_child", "_amounts")
+    __slots__ = ("_child",)
 
     def __init__(self, child):
-        self._child, self._amounts = child, []
+        self._child = child
 
-    def observe(self, amount: float) -> None:
-        """Keep ``amount`` for the next flush."""
-        self._amounts.append(amount)
-        if len(self._amounts) >= TALLY_FLUSH_EVERY:
-            self.flush()
-
-    def flush(self) -> None:
-        """Observe what was kept."""
-        for amount in self._amounts:
-            self._child.observe(amount)
-        self._amounts.clear()
+    def observe_gaps(self, stamps) -> None:
+        """Observe each gap between consecutive times of ``stamps``."""
+        observe = self._child.observe
+        for before, after in pairwise(stamps):
+            observe(after - before)
