@@ -101,7 +101,10 @@ class StreamingHandler(BaseHandler):
         self._sent += 1
         if waiting is None and self._sent % 32 == 0:
             # A write to a ready socket completes without yielding: give other requests a turn, or a
-            # model that yields without awaiting keeps the loop to itself.
+            # model that yields without awaiting keeps the loop to itself. What is queued goes out
+            # first, so the client reads these while the model makes the next ones.
+            self._cancel_flush_timer()
+            self._timed_flush()
             return asyncio.sleep(0)
         return waiting
 
