@@ -44,8 +44,7 @@ class _Metrics:
         self.llm_first_chunk = Histogram("kserve_llm_first_chunk_seconds", "Time from request to the first "
                                          "streamed OpenAI chunk", ["model_name"])
         self.llm_chunk_gap = Histogram("kserve_llm_chunk_gap_seconds", "Time between streamed OpenAI chunks",
-                                       ["model_name"], buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1,
-                                                                2.5, float("inf")))
+                                       ["model_name"], buckets=_CHUNK_GAP_BUCKETS)
         self.batch_size = Histogram("kserve_batch_size", "Requests merged into one predict call", ["model_name"],
                                     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, float("inf")))
 
@@ -165,15 +164,21 @@ def llm_tokens(model_name: str, usage: Optional[dict]) -> None:
             _child(counter, model_name).inc(count)
 
 
+#: The bounds of the chunk-gap histogram (seconds): a stream counts the gaps of its first bucket itself.
+_CHUNK_GAP_BUCKETS = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, float("inf"))
+
+
 def llm_chunk_timers(model_name: str) -> Tuple[Callable[[float], None], Any]:
     """The observer of an OpenAI stream's time to first chunk, and the writer of its gaps between chunks
-    (``observe_gaps(stamps)``: the gaps between consecutive times, in seconds): a stream's gaps come many
-    per loop round, so they are written a few hundred at once."""
+    (prometheus_writers.gap_writer: ``observe(gap)``; ``add_least(count, total)`` for gaps in the first
+    bucket, at or under its bound ``least``, which come many per loop round and are counted by the
+    stream)."""
     if _m is None:
         return _ignore, _NO_GAPS
     from .internals.prometheus_writers import gap_writer
 
-    return _child(_m.llm_first_chunk, model_name).observe, gap_writer(_child(_m.llm_chunk_gap, model_name))
+    return _child(_m.llm_first_chunk, model_name).observe, gap_writer(_child(_m.llm_chunk_gap, model_name),
+                                                                 _CHUNK_GAP_BUCKETS[0])
 
 
 def _ignore(_: float) -> None:
@@ -181,7 +186,11 @@ def _ignore(_: float) -> None:
 
 
 class _NoGaps:
-    observe_gaps = staticmethod(_ignore)
+    observe = staticmethod(_ignore)
+    least = float("inf")
+
+    def add_least(self, count: int, total: float) -> None:
+        pass
 
 
 _NO_GAPS = _NoGaps()

@@ -84,41 +84,48 @@ async def openai_call(dataplane: DataPlane, endpoint: str, name: str, request: A
     return answer
 
 
-#: A stream's chunk times are written to the gap histogram this many at once (and when it ends).
+#: A stream adds the short gaps it counted to the gap histogram every this many (and when it ends).
 GAPS_PER_WRITE = 256
 
 
 class _ChunkMeter:
     """An OpenAI stream's LLM metrics: time to the first chunk (from the request's arrival), the gaps
-    between chunks (each chunk's time kept, and the gaps written a few hundred at once), and the tokens of
-    the ``usage`` its last chunks carry (read once, at the end: the usage chunk comes last, before a
-    preformatted ``[DONE]`` if the model sends one)."""
+    between chunks, and the tokens of the ``usage`` its last chunks carry (read once, at the end: the
+    usage chunk comes last, before a preformatted ``[DONE]`` if the model sends one). Gaps in the
+    histogram's first bucket, most of them when the model yields without waiting, are counted here and
+    added every :data:`GAPS_PER_WRITE`; a longer one is observed at once."""
 
-    __slots__ = ("name", "started", "first_chunk", "gaps", "stamps", "previous", "final")
+    __slots__ = ("name", "last", "first_chunk", "gaps", "least", "short", "short_total", "previous", "final")
 
     def __init__(self, name: str, started: float):
-        self.name, self.started = name, started
+        self.name, self.last = name, started
         self.first_chunk, self.gaps = metrics.llm_chunk_timers(name)
-        self.stamps: Optional[List[float]] = None  # the times of the chunks whose gaps are not written yet
+        self.least, self.short, self.short_total = self.gaps.least, 0, 0.0
         self.previous = self.final = None
 
     def seen(self, chunk: Any) -> None:
         """One chunk went out."""
-        now, stamps = perf_counter(), self.stamps
-        if stamps is None:
-            self.first_chunk(now - self.started)
-            self.stamps = [now]
+        now = perf_counter()
+        gap = now - self.last
+        if self.final is None:
+            self.first_chunk(gap)
+        elif gap <= self.least:
+            self.short += 1
+            self.short_total += gap
+            if self.short >= GAPS_PER_WRITE:
+                self._add_short()
         else:
-            stamps.append(now)
-            if len(stamps) > GAPS_PER_WRITE:
-                self.gaps.observe_gaps(stamps)
-                del stamps[:-1]
-        self.previous, self.final = self.final, chunk
+            self.gaps.observe(gap)
+        self.last, self.previous, self.final = now, self.final, chunk
+
+    def _add_short(self) -> None:
+        self.gaps.add_least(self.short, self.short_total)
+        self.short, self.short_total = 0, 0.0
 
     def ended(self) -> None:
-        """The stream is over: count its tokens, and its gaps not yet written."""
-        if self.stamps is not None:
-            self.gaps.observe_gaps(self.stamps)
+        """The stream is over: count its tokens, and its short gaps not yet added."""
+        if self.short:
+            self._add_short()
         from .protocol.rest.openai.codec import usage_of
 
         usage = usage_of(self.final) if self.final is not None else None

@@ -12,9 +12,6 @@ Plain path (``KSERVE_SDK_INTERNALS=off``, or values of prometheus-client's own c
 itself, through its public ``inc`` / ``dec`` / ``observe``.
 """
 from bisect import bisect_left
-from itertools import pairwise
-
-import numpy as np
 
 from . import ENABLED
 from .prometheus_values import SlotValue
@@ -69,45 +66,40 @@ class SlotHistogram:
         self._sum[0] += amount
 
 
-def gap_writer(writer):
-    """The writer of ``writer``'s (a histogram's direct writer or child) observations of the gaps between
-    consecutive times: ``observe_gaps(stamps)``, for values that come many per loop round, such as the
-    gaps between a stream's chunks."""
-    return SlotGaps(writer) if isinstance(writer, SlotHistogram) else ReplayGaps(writer)
+def gap_writer(writer, least: float):
+    """The writer of gaps between a stream's chunks for ``writer`` (a histogram's direct writer or child,
+    whose first bucket's bound is ``least``): ``observe(gap)`` for a gap above ``least``, and
+    ``add_least(count, total)`` for ``count`` gaps at or under it, ``total`` seconds in all, which a
+    stream counts itself (most gaps of a model that yields without waiting are that short)."""
+    return SlotGaps(writer, least) if isinstance(writer, SlotHistogram) else ReplayGaps(writer, least)
 
 
 class SlotGaps:
-    """Gaps added to a :class:`SlotHistogram` in bulk: numpy buckets them all at once, with the bucket
-    ``SlotHistogram.observe`` would pick for each (the first bound at or above it)."""
+    """Gaps written into a :class:`SlotHistogram`'s slots: the short ones as one addition to the first
+    bucket and one to the sum."""
 
-    __slots__ = ("_histogram", "_bounds")
+    __slots__ = ("observe", "least", "_first", "_sum")
 
-    def __init__(self, histogram: SlotHistogram):
-        self._histogram, self._bounds = histogram, np.asarray(histogram._bounds, dtype=float)
+    def __init__(self, histogram: SlotHistogram, least: float):
+        self.observe, self.least = histogram.observe, least
+        self._first, self._sum = histogram._buckets[0], histogram._sum
 
-    def observe_gaps(self, stamps) -> None:
-        """Observe each gap between consecutive times of ``stamps`` (a list of seconds, in order)."""
-        if len(stamps) < 2:
-            return
-        gaps = np.diff(np.asarray(stamps, dtype=float))
-        counts = np.bincount(np.searchsorted(self._bounds, gaps, side="left"), minlength=len(self._bounds))
-        buckets = self._histogram._buckets
-        for i in np.flatnonzero(counts).tolist():
-            buckets[i][0] += int(counts[i])
-        self._histogram._sum[0] += stamps[-1] - stamps[0]
+    def add_least(self, count: int, total: float) -> None:
+        """Count ``count`` gaps at or under ``least``, ``total`` seconds in all."""
+        self._first[0] += count
+        self._sum[0] += total
 
 
 class ReplayGaps:
-    """Gaps observed one by one through the ``observe`` of a histogram child of prometheus-client's own
-    (the plain path)."""
+    """Gaps observed through a histogram child of prometheus-client's own (the plain path): the short
+    ones each as their mean."""
 
-    __slots__ = ("_child",)
+    __slots__ = ("observe", "least")
 
-    def __init__(self, child):
-        self._child = child
+    def __init__(self, child, least: float):
+        self.observe, self.least = child.observe, least
 
-    def observe_gaps(self, stamps) -> None:
-        """Observe each gap between consecutive times of ``stamps``."""
-        observe = self._child.observe
-        for before, after in pairwise(stamps):
-            observe(after - before)
+    def add_least(self, count: int, total: float) -> None:
+        """Count ``count`` gaps at or under ``least``, ``total`` seconds in all."""
+        for _ in range(count):
+            self.observe(total / count)
