@@ -26,6 +26,7 @@ WORKERS=$(( $(nproc 2>/dev/null || echo 1) >= 2 ? 2 : 0 ))
 # suite passes that way too:
 # KSERVE_SDK_INTERNALS=off .venv/bin/python -m pytest
 # The drain tests are left out there: draining touches none of the tricks, and they are the slow ones.
-KSERVE_SDK_INTERNALS=off exec .venv/bin/python -m pytest -q -n "$WORKERS" --dist loadfile tests/test_operations.py tests/test_fast_path.py \
-  tests/test_rest_errors.py tests/test_statistics.py tests/test_concurrency.py tests/test_lifecycle.py \
+KSERVE_SDK_INTERNALS=off exec .venv/bin/python -m pytest -q -n "$WORKERS" --dist loadfile \
+  tests/test_operations.py tests/test_fast_path.py tests/test_rest_errors.py tests/test_statistics.py \
+  tests/test_concurrency.py tests/test_lifecycle.py \
   -k "not sigterm and not grace_period and not 64_slow_requests"

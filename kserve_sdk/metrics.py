@@ -22,6 +22,10 @@ STAGE_HISTOGRAMS = {
 }
 
 
+#: The bounds of the chunk-gap histogram (seconds): a stream counts the gaps of its first bucket itself.
+_CHUNK_GAP_BUCKETS = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, float("inf"))
+
+
 class _Metrics:
     def __init__(self) -> None:
         from prometheus_client import Counter, Gauge, Histogram
@@ -162,10 +166,6 @@ def llm_tokens(model_name: str, usage: Optional[dict]) -> None:
         count = usage.get(f"{kind}_tokens")
         if count:
             _child(counter, model_name).inc(count)
-
-
-#: The bounds of the chunk-gap histogram (seconds): a stream counts the gaps of its first bucket itself.
-_CHUNK_GAP_BUCKETS = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, float("inf"))
 
 
 def llm_chunk_timers(model_name: str) -> Tuple[Callable[[float], None], Any]:
