@@ -24,9 +24,10 @@ def server(request, start_server, tmp_path_factory):
     return srv
 
 
-def _markers(server):
-    """The cancellation markers the tokens model has written (finished ones only)."""
-    return {name for name in os.listdir(server.markers) if not name.endswith(".tmp")}
+def _markers(server, kind="cancelled"):
+    """The markers a model has written (finished ones only): the tokens model's cancellations, or what the
+    flood model had yielded when it was closed."""
+    return {name for name in os.listdir(server.markers) if name.startswith(kind + "-") and not name.endswith(".tmp")}
 
 
 def sse_events(server, path, body, headers=None):
@@ -280,6 +281,29 @@ def test_metrics_show_streams(server):
     assert 'kserve_streams_total{model_name="tokens",protocol="grpc"}' in text
     assert 'kserve_stream_first_response_seconds_count{model_name="tokens",protocol="rest_v2"}' in text
     assert 'kserve_stream_responses_bucket' in text
+
+
+def test_a_client_that_reads_nothing_holds_a_fast_stream_back(server):
+    """A model that yields 1 KB events as fast as it can, and a client that reads none of them for 2 s:
+    the stream waits for the client (what the model yields is bounded by the socket buffers, a few MB,
+    not by its speed), the client can still read it, and when the client leaves the generator is closed."""
+    before = _markers(server, "flood")
+    body = json.dumps({"text_input": "-", "parameters": {"count": 1_000_000, "size": 1000}}).encode()
+    with socket.create_connection(("127.0.0.1", server.http_port)) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.sendall(b"POST /v2/models/flood/generate_stream HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Type: application/json\r\n" + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        time.sleep(2)
+        s.settimeout(10)
+        assert s.recv(12) == b"HTTP/1.1 200"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not (_markers(server, "flood") - before):
+        time.sleep(0.02)
+    (marker,) = _markers(server, "flood") - before
+    yielded = int(open(os.path.join(server.markers, marker)).read())
+    # unread, the buffers hold about 4 MB (tcp_wmem's largest send buffer) and 64 KB of ours: some
+    # 4,000 events; a stream that did not wait would have yielded tens of thousands a second
+    assert 0 < yielded < 20_000, yielded
 
 
 def test_grpc_disconnect_cancels_the_generator(server):

@@ -41,6 +41,7 @@ class StreamingHandler(BaseHandler):
     _unsent_bytes = 0
     _sent = 0
     _flush_timer: Optional[asyncio.TimerHandle] = None
+    _behind: Optional[Awaitable[Any]] = None  # a flush the socket did not take at once: the client is behind
 
     async def send_stream(self, items: AsyncIterator[Any], encode: Callable[[Any], bytes], frame: Callable,
                           content_type: str, response_headers: Dict[str, str], trailer: bytes = b"") -> None:
@@ -99,13 +100,14 @@ class StreamingHandler(BaseHandler):
             return self.flush()
         waiting = self._queue(chunk)
         self._sent += 1
+        if waiting is None and self._behind is not None:
+            return self._behind  # the client reads slower than the model yields: the model waits for it
         if waiting is None and self._sent % 32 == 0:
             # A write to a ready socket completes without yielding: give other requests a turn, or a
             # model that yields without awaiting keeps the loop to itself. What is queued goes out
             # first, so the client reads these while the model makes the next ones.
-            self._cancel_flush_timer()
-            self._timed_flush()
-            return asyncio.sleep(0)
+            self._flush_unsent()
+            return self._behind or asyncio.sleep(0)
         return waiting
 
     def _set_stream_headers(self) -> None:
@@ -136,8 +138,24 @@ class StreamingHandler(BaseHandler):
     def _timed_flush(self) -> None:
         self._flush_timer = None
         if not self._finished:
-            self._write_unsent()
-            self.flush().add_done_callback(_ignore_closed)
+            self._flush_unsent()
+
+    def _flush_unsent(self) -> None:
+        """Send what is queued without waiting for it. When the socket does not take it all at once, the
+        flush is kept in ``_behind`` until it completes, and the stream waits for it before going on: a
+        slow client slows the stream rather than growing Tornado's write buffer."""
+        self._cancel_flush_timer()
+        self._write_unsent()
+        flushed = self.flush()
+        if self._behind is None and self.request.connection.stream.writing():
+            self._behind = flushed
+            flushed.add_done_callback(self._caught_up)
+        else:
+            flushed.add_done_callback(_ignore_closed)
+
+    def _caught_up(self, flushed: "asyncio.Future") -> None:
+        self._behind = None
+        _ignore_closed(flushed)
 
     def _cancel_flush_timer(self) -> None:
         if self._flush_timer is not None:

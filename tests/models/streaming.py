@@ -134,8 +134,32 @@ class ScaledSummer(Summer):
         return InferResponse(response_id=result.id, model_name=self.name, infer_outputs=[out])
 
 
+class Flood(kserve.Model):
+    """Yields ``count`` events of ``size`` characters as fast as it can, awaiting nothing; records in
+    STREAM_MARKERS how many it had yielded when its generator was closed."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.ready = True
+
+    async def predict(self, payload, headers=None):
+        params = payload.get("parameters", {})
+        text, yielded = "x" * int(params.get("size", 100)), 0
+        try:
+            for i in range(int(params.get("count", 1000))):
+                yield {"text_output": text, "index": i}
+                yielded += 1
+        finally:
+            marker_dir = os.environ.get("STREAM_MARKERS")
+            if marker_dir:
+                path = os.path.join(marker_dir, f"flood-{os.getpid()}-{time.time_ns()}")
+                with open(path + ".tmp", "w") as f:
+                    f.write(str(yielded))
+                os.replace(path + ".tmp", path)
+
+
 MODELS = {"tokens": Tokens, "broken": Broken, "summer": Summer, "headered": Headered, "unary": Unary,
-          "shouted": Shouted, "scaled_summer": ScaledSummer}
+          "shouted": Shouted, "scaled_summer": ScaledSummer, "flood": Flood}
 
 if __name__ == "__main__":
     args, _ = argparse.ArgumentParser(parents=[model_server.parser]).parse_known_args()
