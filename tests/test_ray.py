@@ -207,7 +207,7 @@ def test_two_models_answer_in_parallel(server):
     # the two predicts ran at the same time in their replicas, and together took well under 2 s
     overlap = min(double["ran"][1], triple["ran"][1]) - max(double["ran"][0], triple["ran"][0])
     assert overlap > 0.5, (overlap, elapsed)
-    assert elapsed < 1.75, f"two 1 s requests took {elapsed:.2f} s"
+    assert elapsed < 1.95, f"two 1 s requests took {elapsed:.2f} s"  # one after the other: 2 s or more
 
 
 def test_explain_runs_explain(server):
