@@ -403,10 +403,28 @@ def test_raw_request_as_a_mapping_over_its_asgi_scope(server):
         "server": ["127.0.0.1", port], "upstream_headers": [False, True, {"x-up": "1"}],
         "state": ["u1", {"user": "u1"}, "'State' object has no attribute 'nobody'"], "mapping": True,
         "query_params": [{"a": "2", "b": "x y"}, ["1", "2"]], "headers": ["yes", "yes", True, None],
+        "repeated": [[], [], 1],
         "url": [COMPLETIONS, "a=1&a=2&b=x%20y", "127.0.0.1", port, "http", False, f"http://127.0.0.1:{port}/"],
         "cookies": {"session": "abc", "theme": "dark"}, "body_model": "objects", "body": len(body),
         "client_host": "127.0.0.1"}
 
+
+
+def test_a_repeated_header_is_every_value_in_getlist_and_the_scope(server):
+    """Two ``X-Repeated`` headers: ``headers.getlist`` and the scope's ``headers`` have both values, in
+    order, as Starlette's; the x-request-id the server minted is there once."""
+    body = json.dumps({"model": "objects", "prompt": "scope"}).encode()
+    with socket.create_connection(("127.0.0.1", server.http_port)) as s:
+        s.sendall(f"POST {COMPLETIONS} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  f"X-Repeated: one\r\nX-Custom: yes\r\nX-Repeated: two\r\nContent-Length: {len(body)}\r\n"
+                  "Connection: close\r\n\r\n".encode() + body)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    head, _, doc = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), answer
+    seen = json.loads(json.loads(doc)["choices"][0]["text"])
+    assert seen["repeated"] == [["one", "two"], ["one", "two"], 1]
 
 def test_raw_request_builds_its_scope_only_when_asked():
     from kserve_sdk.protocol.rest.openai.raw_request import Address, RawRequest

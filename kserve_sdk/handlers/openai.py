@@ -110,7 +110,8 @@ class _InferenceHandler(_OpenAIHandler):
         raw = RawRequest(method=request.method, scheme=request.protocol, host=request.host, path=request.path,
                          query=request.query, headers=call.headers, body=request.body,
                          client=Address(host, port) if host else None, server=lambda: _server(request),
-                         gone=lambda: call.gone, http_version=request.version.rpartition("/")[2])
+                         gone=lambda: call.gone, http_version=request.version.rpartition("/")[2],
+                         header_pairs=request.headers.get_all)
         return raw, {"headers": call.headers, "response": Response()}
 
 

@@ -8,7 +8,7 @@ so a model that reads none of it costs nothing.
 """
 from functools import cached_property
 from http.cookies import CookieError, SimpleCookie
-from typing import Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Tuple
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 
@@ -51,12 +51,13 @@ class URL(str):
 
 class Headers(Mapping[str, str]):
     """The request headers, read with any case of their names (``headers["Authorization"]``), as
-    Starlette's ``Headers``; a view of the dict the model's ``context["headers"]`` holds."""
+    Starlette's ``Headers``; a view of the dict the model's ``context["headers"]`` holds. ``pairs`` gives
+    the headers as they came, a repeated one once per value, for ``getlist`` and ``raw``."""
 
-    __slots__ = ("_lowercase",)
+    __slots__ = ("_lowercase", "_pairs")
 
-    def __init__(self, lowercase: Dict[str, str]):
-        self._lowercase = lowercase
+    def __init__(self, lowercase: Dict[str, str], pairs: Optional[Callable[[], Iterable[Tuple[str, str]]]] = None):
+        self._lowercase, self._pairs = lowercase, pairs
 
     def __getitem__(self, name: str) -> str:
         return self._lowercase[name.lower()]
@@ -68,14 +69,23 @@ class Headers(Mapping[str, str]):
         return len(self._lowercase)
 
     def getlist(self, name: str) -> List[str]:
-        """The values of header ``name``: one, or none."""
-        value = self._lowercase.get(name.lower())
-        return [] if value is None else [value]
+        """Every value of header ``name``, in the order they came (none if it is not there)."""
+        key = name.lower()
+        return [value for name, value in self.items_all() if name == key]
+
+    def items_all(self) -> List[Tuple[str, str]]:
+        """(lowercase name, value) of every header, a repeated one once per value; a header the server
+        added (a minted ``x-request-id``) last."""
+        if self._pairs is None:
+            return list(self._lowercase.items())
+        pairs = [(name.lower(), value) for name, value in self._pairs()]
+        came = {name for name, _ in pairs}
+        return pairs + [(name, value) for name, value in self._lowercase.items() if name not in came]
 
     @property
     def raw(self) -> List[Tuple[bytes, bytes]]:
         """The headers as ASGI has them: (name, value) byte pairs, names lowercase."""
-        return [(name.encode("latin-1"), value.encode("latin-1", "replace")) for name, value in self._lowercase.items()]
+        return [(name.encode("latin-1"), value.encode("latin-1", "replace")) for name, value in self.items_all()]
 
     def __repr__(self) -> str:
         return f"Headers({self._lowercase!r})"
@@ -131,8 +141,10 @@ class RawRequest(Mapping[str, Any]):
 
     def __init__(self, *, method: str, scheme: str, host: str, path: str, query: str, headers: Dict[str, str],
                  body: bytes, client: Optional[Address], server: Callable[[], Optional[Tuple[str, int]]],
-                 gone: Callable[[], bool], http_version: str = "1.1"):
+                 gone: Callable[[], bool], http_version: str = "1.1",
+                 header_pairs: Optional[Callable[[], Iterable[Tuple[str, str]]]] = None):
         self.method, self.client, self.path_params = method, client, {}
+        self._header_pairs = header_pairs
         self._scheme, self._host, self._path, self._query = scheme, host, path, query
         self._headers, self._body, self._server, self._gone = headers, body, server, gone
         self._http_version = http_version
@@ -164,7 +176,7 @@ class RawRequest(Mapping[str, Any]):
     @cached_property
     def headers(self) -> Headers:
         """The request headers, read with any case of their names."""
-        return Headers(self._headers)
+        return Headers(self._headers, self._header_pairs)
 
     @cached_property
     def url(self) -> URL:
