@@ -4,7 +4,6 @@ stream metrics) plus the LLM metrics: tokens from ``usage``, time to the first c
 
 Nothing here imports pydantic: the requests arrive validated, and answers are only looked at for ``usage``.
 """
-import time
 from time import perf_counter
 from typing import Any, Dict, List, Optional
 
@@ -65,7 +64,7 @@ async def openai_call(dataplane: DataPlane, endpoint: str, name: str, request: A
     if not isinstance(model, kind):
         raise InvalidInput(f"Model {name} does not support {api}")
     dataplane.begin_request(name)
-    start, ok, streams = time.perf_counter(), False, False
+    start, ok, streams = perf_counter(), False, False
     try:
         with naming_the_model(name):
             answer = await getattr(model, method_name)(request, raw_request=raw_request, context=context)

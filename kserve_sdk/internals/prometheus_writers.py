@@ -101,5 +101,6 @@ class ReplayGaps:
 
     def add_least(self, count: int, total: float) -> None:
         """Count ``count`` gaps at or under ``least``, ``total`` seconds in all."""
+        mean = total / count if count else 0.0
         for _ in range(count):
-            self.observe(total / count)
+            self.observe(mean)
