@@ -114,7 +114,7 @@ class Call:
     """
 
     __slots__ = ("protocol", "endpoint", "model_name", "headers", "request_id", "timings", "started", "gone",
-                 "_label", "_open", "_task", "span")
+                 "_label", "duration", "_task", "span")
 
     def __init__(self, protocol: str, endpoint: str, headers: Optional[Dict[str, str]] = None,
                  model_name: Optional[str] = None, label: Callable[[Optional[str]], str] = lambda name: ""):
@@ -124,7 +124,7 @@ class Call:
         self.timings = Timings()
         self.started = _perf()
         self._label = label
-        self._open = True
+        self.duration: Optional[float] = None  # seconds from arrival to answer, once the call has closed
         self.gone = False  # the client went away
         self._task: Optional[asyncio.Task] = None
         metrics.request_started(protocol)
@@ -151,12 +151,12 @@ class Call:
         return failure
 
     def close(self, status: str) -> Optional[float]:
-        """The answer went out with ``status`` (HTTP "200", gRPC "OK"): it is counted, and its duration in s
-        returned, the first time; None after that."""
-        if not self._open:
+        """The answer is going out with ``status`` (HTTP "200", gRPC "OK"): it is counted, and its duration
+        in s kept (``duration``) and returned, the first time; None after that. Adapters close a call
+        before its last bytes are written, so a metrics scrape that follows an answer counts it."""
+        if self.duration is not None:
             return None
-        self._open = False
-        duration = _perf() - self.started
+        self.duration = duration = _perf() - self.started
         self._label = label = self._label(self.model_name)  # from now on the label itself
         metrics.request_finished(label, self.protocol, self.endpoint, status, duration)
         if self.span is not None and tracing.spans is not None:
@@ -166,7 +166,7 @@ class Call:
     @property
     def model_label(self) -> str:
         """The model name as metrics and the access log name it: registered models only."""
-        return self._label if not self._open else self._label(self.model_name)
+        return self._label if self.duration is not None else self._label(self.model_name)
 
 
 def model_call_finished(model_name: str, timings: Timings, total_ns: int, ok: bool,

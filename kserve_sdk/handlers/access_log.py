@@ -35,9 +35,11 @@ class RequestLog:
         self.finished(call, handler.request, handler.get_status(), response_headers(handler))
 
     def finished(self, call: Call, request: HTTPServerRequest, status: int, response_headers: Mapping[str, str]) -> None:
-        """``request``'s answer went out with ``status`` and ``response_headers``: its call closes here."""
-        duration = call.close(str(status))
-        if duration is not None and access_logger.isEnabledFor(logging.INFO):  # once per call
+        """``request``'s answer went out with ``status`` and ``response_headers``: its call closes (if its
+        adapter has not closed it before writing the answer) and the answer is logged."""
+        call.close(str(status))
+        duration = call.duration
+        if access_logger.isEnabledFor(logging.INFO):
             fields = access_log_fields(request, status, response_headers, call, duration)
             try:
                 log_info_fast(access_logger, self.format, fields)

@@ -116,6 +116,13 @@ class BaseHandler(HeaderRecorder, RequestHandler):
         if self.call is not None:
             self.call.client_left()
 
+    def flush(self, include_footers: bool = False) -> "asyncio.Future[None]":
+        if include_footers and self.call is not None:
+            # The answer's last bytes: its call is counted before the client can read them, so a metrics
+            # scrape that follows the answer (maybe answered by another worker) counts it.
+            self.call.close(str(self.get_status()))
+        return super().flush(include_footers)
+
     def compute_etag(self) -> Optional[str]:
         # Inference answers are never cached; hashing every body would only cost time.
         return None

@@ -121,6 +121,7 @@ class InferenceCall(HTTPMessageDelegate):
         except (ValueError, TypeError) as e:  # a header the model set cannot be sent; nothing was written yet
             status, reply = error_reply(call, e, f"{request.method} {request.path}")
             headers, body = answer_headers(call, request, status, reply, False)
+        call.close(str(status))  # counted before the client can read the answer
         connection = request.connection
         connection.write_headers(ResponseStartLine("HTTP/1.1", status, httputil.responses.get(status, "Unknown")),
                                  headers, body)

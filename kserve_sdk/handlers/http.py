@@ -196,6 +196,7 @@ class _BodyLimit(httputil.HTTPMessageDelegate):
         answer, body = answer_headers(call, request, status, reply, False)
         if close:
             answer["Connection"] = "close"
+        call.close(str(status))  # counted before the client can read the answer
         self._conn.write_headers(httputil.ResponseStartLine("HTTP/1.1", status, "Payload Too Large"), answer, body)
         self._conn.finish()
         fast.request_log.finished(call, request, status, answer)
