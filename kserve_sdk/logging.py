@@ -60,6 +60,10 @@ class Formatter(logging.Formatter):
         self._set_plain()
         self._cached_second = -1
 
+    def format(self, record: logging.LogRecord) -> str:
+        _write_waiting_lines()  # the per-request lines logged before this record go out before it
+        return super().format(record)
+
     def formatTime(self, record: logging.LogRecord, datefmt: Optional[str] = None) -> str:
         if self.iso8601:
             return f"{self._iso_second(int(record.created))}.{int(record.msecs):03d}Z"
@@ -151,7 +155,7 @@ os.register_at_fork(after_in_child=_after_fork)
 def log_info_fast(target: logging.Logger, msg: str, args: Any) -> None:
     """``target.info(msg, args)`` for the lines logged per request (access and latency), at a fraction of
     the cost. With the default configuration (one StreamHandler and the default trace format) the line
-    is formatted here and written to the stream with the other lines of the event loop's round
+    is formatted here and written to the stream with the other lines of the next few milliseconds
     (:func:`_write_soon`); otherwise a record goes through the handlers as usual, without
     the look-up of the caller's file and line (a frame walk that says nothing here). A message that
     cannot be formatted raises (TypeError, KeyError or ValueError) in the first case."""
@@ -166,15 +170,19 @@ def log_info_fast(target: logging.Logger, msg: str, args: Any) -> None:
     target.handle(info_record(target, msg, args))
 
 
-#: event loop -> {handler: lines waiting for the end of the loop's round}
+#: How long a per-request line may wait for others to share its write (one system call for them all).
+LINES_WAIT_S = 0.01
+
+#: event loop -> {handler: lines waiting for their write}
 _pending: Dict[Any, Dict[logging.StreamHandler, List[str]]] = {}
 
 
 def _write_soon(handler: logging.StreamHandler, line: str) -> None:
-    """Write ``line`` once the event loop has run the callbacks of its current round, with the other lines
-    of that round: under load one write (one system call) carries the lines of many requests, in order.
-    Off an event loop's thread the line is written at once; :func:`flush_pending` writes what waits (the
-    server calls it as it stops)."""
+    """Write ``line`` within :data:`LINES_WAIT_S`, with the other lines logged meanwhile: under load one
+    write (one system call) carries the lines of many requests, in order. A record formatted by our
+    :class:`Formatter` first writes what waits, so the log keeps its order. Off an event loop's thread
+    the line is written at once; :func:`flush_pending` writes what waits (the server calls it as it
+    stops)."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
@@ -183,7 +191,7 @@ def _write_soon(handler: logging.StreamHandler, line: str) -> None:
     waiting = _pending.get(loop)
     if waiting is None:
         waiting = _pending[loop] = {}
-        loop.call_soon(_write_pending, loop)
+        loop.call_later(LINES_WAIT_S, _write_pending, loop)
     lines = waiting.get(handler)
     if lines is None:
         waiting[handler] = [line]
@@ -194,6 +202,16 @@ def _write_soon(handler: logging.StreamHandler, line: str) -> None:
 def _write_pending(loop: Any) -> None:
     for handler, lines in _pending.pop(loop, {}).items():
         _write(handler, lines)
+
+
+def _write_waiting_lines() -> None:
+    """On an event loop's thread, write the lines waiting there now (only that thread touches them)."""
+    if _pending:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        _write_pending(loop)
 
 
 def flush_pending() -> None:

@@ -175,12 +175,13 @@ def test_per_request_lines_written_directly_match_the_logging_module():
         target.filters.clear()
 
 
-def test_per_request_lines_on_the_loop_are_written_together_at_the_end_of_its_round():
-    """On an event loop the per-request lines wait for the end of the loop's round, then go out in order
-    in one write; lines of the next round go in a write of their own; flush_pending writes what still
-    waits (a stopping server)."""
+def test_per_request_lines_on_the_loop_wait_briefly_and_go_out_together_in_order():
+    """On an event loop the per-request lines wait up to LINES_WAIT_S, then go out in order in one write;
+    a record of the usual kind first writes what waits (the log keeps its order); flush_pending writes
+    what still waits (a stopping server)."""
     import logging
 
+    from kserve_sdk import logging as server_logging
     from kserve_sdk.logging import (KSERVE_LOGGER_DATE_FORMAT, KSERVE_TRACE_LOGGER_FORMAT, Formatter, flush_pending,
                                     log_info_fast)
 
@@ -204,13 +205,12 @@ def test_per_request_lines_on_the_loop_are_written_together_at_the_end_of_its_ro
     async def rounds():
         for i in range(3):
             log_info_fast(target, "line %d", (i,))
-        assert stream.writes == []  # not before the round ends
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+            await asyncio.sleep(0)
+        assert stream.writes == []  # rounds went by, but they wait for the others of their moment
+        await asyncio.sleep(server_logging.LINES_WAIT_S * 3)
         assert len(stream.writes) == 1
         log_info_fast(target, "line %d", (3,))
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+        target.warning("a record of the usual kind")  # writes line 3 first, then itself
         log_info_fast(target, "line %d", (4,))
         flush_pending()  # as the server does before it stops
 
@@ -218,10 +218,11 @@ def test_per_request_lines_on_the_loop_are_written_together_at_the_end_of_its_ro
         asyncio.run(rounds())
     finally:
         target.removeHandler(handler)
-    assert len(stream.writes) == 3
+    assert len(stream.writes) == 4, stream.writes
     assert [line.rsplit(" ", 2)[1:] for line in stream.writes[0].splitlines()] == [["line", str(i)] for i in range(3)]
     assert stream.writes[1].endswith(f"{target.name} line 3\n")
-    assert stream.writes[2].endswith(f"{target.name} line 4\n")
+    assert stream.writes[2].endswith(" a record of the usual kind\n")
+    assert stream.writes[3].endswith(f"{target.name} line 4\n")
 
 
 def test_metric_values_read_back_by_prometheus_after_the_file_grows_and_after_a_fork(tmp_path):

@@ -20,6 +20,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from kserve_sdk.logging import LINES_WAIT_S
 from rawhttp import post_json, request
 
 SCRIPT = "tests/models/triton_extensions.py"
@@ -62,15 +63,20 @@ def predict(server, model="plain") -> int:
 
 
 def predict_logged(server, model="plain") -> int:
-    """``predict``, followed by a second call: the server writes a call's access and latency lines when its
-    event-loop round ends, so they are in the log once the next call is answered."""
+    """``predict``, then a wait well past the server's LINES_WAIT_S: a call's access and latency lines wait
+    that long for others to share their write, so they are in the log by then (a check that a line is
+    absent relies on it)."""
     pid = predict(server, model)
-    request(server.http_port, "GET", "/v2/health/live")
+    time.sleep(LINES_WAIT_S * 10)
     return pid
 
 
-def log_after(server, mark: int) -> str:
-    """What the server logged since ``mark`` (a length of its log)."""
+def log_after(server, mark: int, holding: str = "") -> str:
+    """What the server logged since ``mark`` (a length of its log), once it holds ``holding`` (10 s at
+    most)."""
+    deadline = time.monotonic() + 10
+    while holding not in server.log()[mark:] and time.monotonic() < deadline:
+        time.sleep(0.02)
     return server.log()[mark:]
 
 
@@ -171,14 +177,15 @@ def test_log_format_iso8601_and_back(fresh):
     pid = predict_logged(fresh)
     line = next(line for line in log_after(fresh, mark).splitlines() if "predict-info" in line)
     assert re.match(rf"\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{{3}}Z {pid} kserve INFO ", line), line
-    access = [line for line in log_after(fresh, mark).splitlines() if "POST /v1/models/plain:predict" in line]
+    access = [line for line in log_after(fresh, mark, "POST /v1/models/plain:predict").splitlines()
+              if "POST /v1/models/plain:predict" in line]
     assert access and re.match(rf"\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{{3}}Z {pid} tornado.access ",
                                access[0]), access
 
     client.update_log_settings({"log_format": "default"})
     mark = len(fresh.log())
     predict_logged(fresh)
-    lines = log_after(fresh, mark).splitlines()
+    lines = log_after(fresh, mark, "POST /v1/models/plain:predict").splitlines()
     for kind in ("predict-info", "POST /v1/models/plain:predict"):
         line = next(line for line in lines if kind in line)
         assert re.match(rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{{3}} {pid} ", line), line
@@ -423,7 +430,7 @@ def test_settings_back_as_at_start_up_give_each_logger_its_own_level_again(start
         client.update_log_settings(change)
         mark = len(server.log())
         predict_logged(server)
-        lines = log_after(server, mark)
+        lines = log_after(server, mark, "kserve.trace")
         assert "kserve.trace" in lines and ("predict-debug" in lines) == (change.get("log_verbose_level") == 1)
         assert ("tornado.access" in lines) == (change.get("log_verbose_level") == 1), (change, lines)
     assert re.search(r"\d\d:\d\d\.\d{3}Z kserve predict-info", lines), lines  # ISO 8601 in the config's format
