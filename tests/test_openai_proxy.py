@@ -138,7 +138,8 @@ def test_nulls_in_the_upstreams_chunks_read_as_the_fields_defaults(proxy):
     chunks = list(c.chat.completions.create(model="nully", stream=True,
                                             messages=[{"role": "user", "content": PROMPT}]))
     pieces = [x for x in chunks if x.choices]
-    assert [x.choices[0].delta.content for x in pieces] == PROMPT.split()
+    assert [x.choices[0].delta.content for x in pieces] == [*PROMPT.split(), None]  # the stop's "delta": null
+    assert [x.choices[0].finish_reason for x in pieces] == [None, None, None, "stop"]
     assert {x.object for x in chunks} == {"chat.completion.chunk"} and chunks[-1].usage.total_tokens == 6
     assert all(x.choices[0].delta.tool_calls == [] for x in pieces)
     first = pieces[0].choices[0].logprobs.content[0]
@@ -156,8 +157,9 @@ def test_nulls_on_the_wire_of_a_proxied_stream(proxy):
     events = body.decode().split("\n\n")
     assert events[-2:] == ["data: [DONE]", ""]
     docs = [json.loads(e[len("data: "):]) for e in events[:-2]]
-    assert len(docs) == 4 and not any("error" in d for d in docs), docs
+    assert len(docs) == 5 and not any("error" in d for d in docs), docs
     assert docs[0]["choices"][0]["delta"] == {"role": "assistant", "content": "hello", "tool_calls": []}
+    assert docs[3]["choices"][0]["finish_reason"] == "stop" and docs[3]["choices"][0]["delta"] == {"tool_calls": []}
 
 
 # --- the upstream's errors ------------------------------------------------------------------------------

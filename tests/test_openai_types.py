@@ -112,6 +112,9 @@ def test_null_in_a_field_with_a_default_reads_as_the_default():
     content = types.ChatCompletionLogProbsContent.model_validate(
         {"token": "a", "logprob": -0.5, "bytes": None, "top_logprobs": None})
     assert (content.logprob, content.bytes, content.top_logprobs) == (-0.5, None, [])
+    stop = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "delta": None}]}
+    assert types.ChatCompletionChunk.model_validate(stop).choices[0].delta == types.ChoiceDelta()
 
 
 def test_optional_fields_keep_null_and_required_fields_still_refuse_it():

@@ -99,17 +99,22 @@ class NullyModel(OpenAIGenerativeModel):
                 "role": "assistant", "content": word, "name": None, "tool_calls": None, "tool_call_id": None,
                 "function_call": None, "refusal": None}, "logprobs": {"content": [
                     {"token": word, "logprob": -0.5, "bytes": None, "top_logprobs": None}], "refusal": None}},
-                "chat.completion.chunk")
+                "chat.completion.chunk", last={"index": 0, "finish_reason": "stop", "delta": None, "logprobs": None})
         message = {"role": "assistant", "content": " ".join(words), "refusal": None, "tool_calls": None,
                    "function_call": None, "audio": None}
         return {"id": "chatcmpl-nully", "object": "chat.completion", "created": 1, "model": self.name,
                 "system_fingerprint": None, "service_tier": None, "usage": _null_usage(words),
                 "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}]}
 
-    async def _chunks(self, words: List[str], choice, kind: str) -> AsyncIterator[Dict[str, Any]]:
+    async def _chunks(self, words: List[str], choice, kind: str,
+                      last: Optional[Dict[str, Any]] = None) -> AsyncIterator[Dict[str, Any]]:
+        """A chunk per word, then ``last`` (a choice that ends the answer) if given, then the usage."""
         for word in words:
             yield {"id": "nully-1", "object": kind, "created": 1, "model": self.name, "system_fingerprint": None,
                    "usage": None, "choices": [choice(word)]}
+        if last is not None:  # e.g. a chat's stop with "delta": null, as some servers send it
+            yield {"id": "nully-1", "object": kind, "created": 1, "model": self.name, "system_fingerprint": None,
+                   "usage": None, "choices": [last]}
         yield {"id": "nully-1", "object": kind, "created": 1, "model": self.name, "system_fingerprint": None,
                "choices": [], "usage": _null_usage(words)}
 

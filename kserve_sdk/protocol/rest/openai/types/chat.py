@@ -1,10 +1,10 @@
 """``/v1/chat/completions``: the request, the answer, its streamed chunks, the messages and tool calls of
 answers, and chat log probabilities, with the field names, defaults and ``object`` values of vllm's types."""
-from typing import Any, Dict, List, Literal, Optional, Union
+from typing import Annotated, Any, Dict, List, Literal, Optional, Union
 
 from pydantic import Field
 
-from .common import NullableList, OpenAIBaseModel, UsageInfo, now, random_id
+from .common import NullableList, NullableObject, OpenAIBaseModel, UsageInfo, now, random_id
 from .messages import ChatCompletionMessageParam
 from .sampling import SamplingRequest
 
@@ -143,7 +143,7 @@ class ChunkChoice(OpenAIBaseModel):
     """A piece of one answer in a stream (vllm's ``ChatCompletionResponseStreamChoice``)."""
 
     index: int
-    delta: ChoiceDelta
+    delta: Annotated[ChoiceDelta, NullableObject]
     logprobs: Optional[ChatCompletionLogProbs] = None
     finish_reason: Optional[str] = None
     stop_reason: Optional[Union[int, str]] = None

@@ -18,6 +18,15 @@ def _empty_if_null(value: Any) -> Any:
 NullableList = Annotated[List[T], BeforeValidator(_empty_if_null)]
 
 
+def _empty_object_if_null(value: Any) -> Any:
+    return {} if value is None else value
+
+
+#: An object field that reads ``null`` as an empty object: some servers end a chat stream with
+#: ``"delta": null`` where OpenAI's schema (and vllm's types) want an object.
+NullableObject = BeforeValidator(_empty_object_if_null)
+
+
 class OpenAIBaseModel(BaseModel):
     """The base of every OpenAI request and response: fields the API does not define (or that this server
     does not read) are accepted and kept, as the OpenAI API and vllm accept them."""
