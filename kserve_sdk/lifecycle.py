@@ -150,18 +150,17 @@ class Call:
             tracing.spans.failed(self, failure.message, exc)
         return failure
 
-    def close(self, status: str) -> Optional[float]:
-        """The answer is going out with ``status`` (HTTP "200", gRPC "OK"): it is counted, and its duration
-        in s kept (``duration``) and returned, the first time; None after that. Adapters close a call
-        before its last bytes are written, so a metrics scrape that follows an answer counts it."""
+    def close(self, status: str) -> None:
+        """The answer is going out with ``status`` (HTTP "200", gRPC "OK"): it is counted and its duration in
+        s kept (``duration``), the first time; later calls do nothing. Adapters close a call before its last
+        bytes are written, so a metrics scrape that follows an answer counts it."""
         if self.duration is not None:
-            return None
+            return
         self.duration = duration = _perf() - self.started
         self._label = label = self._label(self.model_name)  # from now on the label itself
         metrics.request_finished(label, self.protocol, self.endpoint, status, duration)
         if self.span is not None and tracing.spans is not None:
             tracing.spans.end_call(self, status)
-        return duration
 
     @property
     def model_label(self) -> str:

@@ -409,7 +409,6 @@ def test_raw_request_as_a_mapping_over_its_asgi_scope(server):
         "client_host": "127.0.0.1"}
 
 
-
 def test_a_repeated_header_is_every_value_in_getlist_and_the_scope(server):
     """Two ``X-Repeated`` headers: ``headers.getlist`` and the scope's ``headers`` have both values, in
     order, as Starlette's; the x-request-id the server minted is there once."""
@@ -425,6 +424,7 @@ def test_a_repeated_header_is_every_value_in_getlist_and_the_scope(server):
     assert head.startswith(b"HTTP/1.1 200"), answer
     seen = json.loads(json.loads(doc)["choices"][0]["text"])
     assert seen["repeated"] == [["one", "two"], ["one", "two"], 1]
+
 
 def test_raw_request_builds_its_scope_only_when_asked():
     from kserve_sdk.protocol.rest.openai.raw_request import Address, RawRequest

@@ -71,7 +71,7 @@ class Headers(Mapping[str, str]):
     def getlist(self, name: str) -> List[str]:
         """Every value of header ``name``, in the order they came (none if it is not there)."""
         key = name.lower()
-        return [value for name, value in self.items_all() if name == key]
+        return [value for header, value in self.items_all() if header == key]
 
     def items_all(self) -> List[Tuple[str, str]]:
         """(lowercase name, value) of every header, a repeated one once per value; a header the server
