@@ -1,5 +1,6 @@
 """Triton's statistics extension: per-model counts and times, over REST and gRPC, summed over workers."""
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -63,12 +64,16 @@ def test_unknown_model_is_not_found(zoo):
 
 def test_summed_over_workers_and_batches_counted_as_executions(start_server):
     server = start_server("tests/models/scale.py", "--workers", "2", env={"SCALE_MODELS": "cpu,batcher"}, grpc=False)
-    pids, calls = set(), 0
-    while len(pids) < 2 and calls < 300:  # a new connection each time: the kernel spreads them over the workers
-        status, _, body = post_json(server.http_port, "/v1/models/cpu:predict", {"instances": [10]})
-        assert status == 200
-        pids.add(body["pid"])
-        calls += 1
+    pids, calls, deadline = set(), 0, time.monotonic() + 30
+    # Rounds of eight concurrent calls, each a few ms of CPU on its own new connection: while one worker is busy
+    # the other accepts. (One call at a time may all land on one worker, the one that just answered.)
+    with ThreadPoolExecutor(8) as pool:
+        while len(pids) < 2 and time.monotonic() < deadline:
+            answers = list(pool.map(lambda _: post_json(server.http_port, "/v1/models/cpu:predict",
+                                                        {"instances": [50_000]}), range(8)))
+            assert {status for status, _, _ in answers} == {200}
+            pids.update(body["pid"] for _, _, body in answers)
+            calls += len(answers)
     assert len(pids) == 2
     assert {_stats(server, "cpu")["inference_count"] for _ in range(10)} == {calls}  # each worker sums both
 
