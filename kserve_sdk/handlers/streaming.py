@@ -26,20 +26,23 @@ def sse_event(payload: bytes) -> bytes:
     return b"data: " + payload + b"\n\n"
 
 
-#: Responses written within this many seconds of the first unsent one go out in one flush (one socket
-#: write instead of one per response, for models that yield faster than that); the first goes at once.
+#: Responses that come within this many seconds of the last flush go out together in the next one, this
+#: long after it (one socket write instead of one per response, for models that yield faster than that); a
+#: response that comes later, as every token of a real LLM does, goes out at once.
 COALESCE_SECONDS = 0.001
 #: Buffered bytes that are flushed at once, whatever the time.
 COALESCE_BYTES = 64 * 1024
 
 
 class StreamingHandler(BaseHandler):
-    """Writes an async iterator of responses as they come: the first at once, later ones flushed within
-    ``COALESCE_SECONDS`` (so a model that yields faster shares socket writes)."""
+    """Writes an async iterator of responses as they come: each at once, unless the last flush was within
+    ``COALESCE_SECONDS`` (then with the others of that window, so a model that yields faster shares socket
+    writes)."""
 
     _unsent: Optional[list] = None  # encoded responses not yet handed to Tornado; None until the first
     _unsent_bytes = 0
     _sent = 0
+    _flushed_at = 0.0  # the loop's time of the last flush
     _flush_timer: Optional[asyncio.TimerHandle] = None
     _behind: Optional[Awaitable[Any]] = None  # a flush the socket did not take at once: the client is behind
 
@@ -97,6 +100,7 @@ class StreamingHandler(BaseHandler):
             self.request.connection.stream.set_nodelay(True)
             self.write(chunk)
             self._unsent, self._sent = [], 1
+            self._flushed_at = asyncio.get_running_loop().time()
             return self.flush()
         waiting = self._queue(chunk)
         self._sent += 1
@@ -125,15 +129,21 @@ class StreamingHandler(BaseHandler):
             self._write_unsent()
             return self.flush()  # awaited: a slow client slows the stream, not our memory
         if self._flush_timer is None:
-            self._flush_timer = asyncio.get_running_loop().call_later(COALESCE_SECONDS, self._timed_flush)
+            loop = asyncio.get_running_loop()
+            due = self._flushed_at + COALESCE_SECONDS
+            if loop.time() < due or self._behind is not None:
+                self._flush_timer = loop.call_at(due, self._timed_flush)
+            else:  # nothing went out for a window: no reason to hold this one back
+                self._flush_unsent()
         return None
 
     def _write_unsent(self) -> None:
-        """Hand the responses sent since the last flush to Tornado, as one write."""
+        """Hand the responses sent since the last flush to Tornado, as one write (a flush follows)."""
         if self._unsent:
             self.write(b"".join(self._unsent))
             self._unsent.clear()
         self._unsent_bytes = 0
+        self._flushed_at = asyncio.get_running_loop().time()
 
     def _timed_flush(self) -> None:
         self._flush_timer = None

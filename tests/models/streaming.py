@@ -158,8 +158,23 @@ class Flood(kserve.Model):
                 os.replace(path + ".tmp", path)
 
 
+class Clock(kserve.Model):
+    """Yields ``count`` events ``delay_ms`` apart (default 20 and 10), each the wall-clock time it was yielded at."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.ready = True
+
+    async def predict(self, payload, headers=None):
+        params = payload.get("parameters", {})
+        for i in range(int(params.get("count", 20))):
+            yield {"text_output": repr(time.time()), "index": i}
+            await asyncio.sleep(params.get("delay_ms", 10) / 1000)
+
+
 MODELS = {"tokens": Tokens, "broken": Broken, "summer": Summer, "headered": Headered, "unary": Unary,
-          "shouted": Shouted, "scaled_summer": ScaledSummer, "flood": Flood}
+          "shouted": Shouted, "scaled_summer": ScaledSummer, "flood": Flood,
+          "clock": Clock}
 
 if __name__ == "__main__":
     args, _ = argparse.ArgumentParser(parents=[model_server.parser]).parse_known_args()
