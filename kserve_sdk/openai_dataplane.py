@@ -77,10 +77,18 @@ async def openai_call(dataplane: DataPlane, endpoint: str, name: str, request: A
     if streams:
         return dataplane.counted_stream(name, answer, call.headers, call.protocol, call.timings,
                                         watch=_ChunkMeter(name, call.started))
+    metrics.llm_tokens(name, _usage_of(answer))
+    return answer
+
+
+def _usage_of(item: Any) -> Optional[Dict[str, Any]]:
+    """codec.usage_of, imported on first use (the codec imports pydantic) and then kept: an import
+    statement costs a few microseconds each time it runs."""
+    global _usage_of
     from .protocol.rest.openai.codec import usage_of
 
-    metrics.llm_tokens(name, usage_of(answer))
-    return answer
+    _usage_of = usage_of
+    return usage_of(item)
 
 
 #: A stream adds the short gaps it counted to the gap histogram every this many (and when it ends).
@@ -125,9 +133,7 @@ class _ChunkMeter:
         """The stream is over: count its tokens, and its short gaps not yet added."""
         if self.short:
             self._add_short()
-        from .protocol.rest.openai.codec import usage_of
-
-        usage = usage_of(self.final) if self.final is not None else None
+        usage = _usage_of(self.final) if self.final is not None else None
         if usage is None and self.previous is not None:
-            usage = usage_of(self.previous)
+            usage = _usage_of(self.previous)
         metrics.llm_tokens(self.name, usage)

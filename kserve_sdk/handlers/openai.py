@@ -13,7 +13,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from tornado.web import HTTPError
 
+from ..errors import ModelNotFound
 from ..openai_dataplane import not_an_openai_model, openai_call, openai_models, resolve_model_name, serves_openai
+from ..protocol.rest.openai import error_body  # no pydantic: a plain server's 404s are written with it
 from .base import cancel_on_disconnect, encoded
 from .streaming import StreamingHandler, sse_event
 
@@ -43,11 +45,29 @@ def labels_of(path: str) -> Optional[Tuple[str, str]]:
     return "openai", "other" if handler is None else handler.endpoint
 
 
+class _API:
+    """The OpenAI codec and types, imported by the first OpenAI request (they import pydantic, which a
+    server of no OpenAI model never loads) and kept here: an import statement in a handler costs a few
+    microseconds each time it runs."""
+
+    codec: Any = None
+    errors: Any = None
+    raw_request: Any = None
+    types: Any = None
+
+    @classmethod
+    def load(cls) -> "type[_API]":
+        if cls.codec is None:
+            from ..protocol.rest.openai import codec, errors, raw_request, types
+
+            cls.errors, cls.raw_request, cls.types = errors, raw_request, types
+            cls.codec = codec  # last: the others are set once this is
+        return cls
+
+
 def error_document(status: int, message: str) -> bytes:
     """An error answer's body in OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``."""
-    from ..protocol.rest.openai.error_body import error_body
-
-    return error_body(status, message)
+    return error_body.error_body(status, message)
 
 
 class _OpenAIHandler(StreamingHandler):
@@ -64,9 +84,7 @@ class _OpenAIHandler(StreamingHandler):
         return error_document(status, message)
 
     def failure_answer(self, exc: BaseException, failure: Any) -> Tuple[int, bytes]:
-        from ..protocol.rest.openai.error_body import error_answer
-
-        return error_answer(exc, failure.status, failure.message)
+        return error_body.error_answer(exc, failure.status, failure.message)
 
 
 class _InferenceHandler(_OpenAIHandler):
@@ -74,45 +92,40 @@ class _InferenceHandler(_OpenAIHandler):
 
     @cancel_on_disconnect
     async def post(self) -> None:
-        from ..protocol.rest.openai.codec import decode_request, encode_answer
-        from ..protocol.rest.openai.errors import OpenAIError
-        from ..protocol.rest.openai.types import ErrorResponse
-
-        request = decode_request(self.endpoint, self.request.body)
+        api = _API.load()
+        request = api.codec.decode_request(self.endpoint, self.request.body)
         call = self.open_call()
         name = call.model_name = resolve_model_name(self.dataplane.model_registry, request.model)
         if request.model is None:
             request.model = name
         raw_request, context = self._exchange()
         answer = await openai_call(self.dataplane, self.endpoint, name, request, raw_request, context, call)
-        if isinstance(answer, ErrorResponse):
-            raise OpenAIError(answer)  # answered by write_error, with its code as the status
+        if isinstance(answer, api.types.ErrorResponse):
+            raise api.errors.OpenAIError(answer)  # answered by write_error, with its code as the status
         if hasattr(answer, "__aiter__"):  # a stream (sent as one even if the client did not ask for it)
             return await self._send_chunks(answer, context)
-        body = encoded(name, encode_answer, answer)
+        body = encoded(name, api.codec.encode_answer, answer)
         if getattr(request, "stream", False):  # one answer to a stream request: its only event
             return await self._send_chunks(_one(b"data: " + body + b"\n\n"), context)
         self.set_status(context["response"].status_code)
         self.send_body(body, headers=context["response"].headers)
 
     async def _send_chunks(self, chunks: Any, context: Dict[str, Any]) -> None:
-        from ..protocol.rest.openai.codec import DONE_EVENT, encode_event
-
-        await self.send_stream(chunks, encode_event, sse_event, "text/event-stream", context["response"].headers,
-                               trailer=DONE_EVENT)
+        codec = _API.codec
+        await self.send_stream(chunks, codec.encode_event, sse_event, "text/event-stream",
+                               context["response"].headers, trailer=codec.DONE_EVENT)
 
     def _exchange(self) -> Tuple[Any, Dict[str, Any]]:
         """The ``raw_request`` and ``context`` the model's method is handed."""
-        from ..protocol.rest.openai.raw_request import Address, RawRequest, Response
-
+        kinds = _API.raw_request
         request, call = self.request, self.call
         host, port = _peer(request)
-        raw = RawRequest(method=request.method, scheme=request.protocol, host=request.host, path=request.path,
-                         query=request.query, headers=call.headers, body=request.body,
-                         client=Address(host, port) if host else None, server=lambda: _server(request),
-                         gone=lambda: call.gone, http_version=request.version.rpartition("/")[2],
-                         header_pairs=request.headers.get_all)
-        return raw, {"headers": call.headers, "response": Response()}
+        raw = kinds.RawRequest(method=request.method, scheme=request.protocol, host=request.host,
+                               path=request.path, query=request.query, headers=call.headers, body=request.body,
+                               client=kinds.Address(host, port) if host else None,
+                               server=lambda: _server(request), gone=lambda: call.gone,
+                               http_version=request.version.rpartition("/")[2], header_pairs=request.headers.get_all)
+        return raw, {"headers": call.headers, "response": kinds.Response()}
 
 
 def _peer(request: Any) -> Tuple[Optional[str], int]:
@@ -167,10 +180,8 @@ class ModelsHandler(_OpenAIHandler):
     endpoint = "models"
 
     async def get(self, name: Optional[str] = None) -> None:
-        from ..errors import ModelNotFound
-        from ..protocol.rest.openai.codec import encode_answer
-        from ..protocol.rest.openai.types import Model, ModelList
-
+        api = _API.load()
+        encode_answer, Model, ModelList = api.codec.encode_answer, api.types.Model, api.types.ModelList
         served = openai_models(self.dataplane.model_registry)
         if name is None:
             cards = [Model(id=model_id, created=_STARTED, owned_by="kserve") for model_id in served]
