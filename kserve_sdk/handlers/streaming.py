@@ -30,14 +30,19 @@ def sse_event(payload: bytes) -> bytes:
 #: long after it (one socket write instead of one per response, for models that yield faster than that); a
 #: response that comes later, as every token of a real LLM does, goes out at once.
 COALESCE_SECONDS = 0.001
+#: The same while other streams are being sent too: then the socket writes, not the model, are most of the
+#: CPU a fast stream costs, and sharing them over a longer window lets the process send more events in all.
+CROWDED_COALESCE_SECONDS = 0.005
+#: How many streams this process is sending now.
+_sending = 0
 #: Buffered bytes that are flushed at once, whatever the time.
 COALESCE_BYTES = 64 * 1024
 
 
 class StreamingHandler(BaseHandler):
     """Writes an async iterator of responses as they come: each at once, unless the last flush was within
-    ``COALESCE_SECONDS`` (then with the others of that window, so a model that yields faster shares socket
-    writes)."""
+    ``COALESCE_SECONDS`` (``CROWDED_COALESCE_SECONDS`` while other streams are sent too); then with the
+    others of that window, so a model that yields faster shares socket writes."""
 
     _unsent: Optional[list] = None  # encoded responses not yet handed to Tornado; None until the first
     _unsent_bytes = 0
@@ -52,8 +57,10 @@ class StreamingHandler(BaseHandler):
         is pumped), each as ``encode(item)`` (framed: the bytes that go out). Errors before the first
         become HTTP errors, a later one the final frame ``frame(error document)``; ``trailer`` (e.g. an SSE
         ``[DONE]`` event) goes last."""
+        global _sending
         call = self.open_call()
         call.watch(asyncio.current_task())
+        _sending += 1
         # the headers go with the first response: a model may set response_headers until it yields it
         self._encode, self._stream_headers = encode, (content_type, response_headers)
         try:
@@ -82,6 +89,7 @@ class StreamingHandler(BaseHandler):
         except (asyncio.CancelledError, StreamClosedError):
             pass  # the client went away: nothing more to send
         finally:
+            _sending -= 1
             call.watch(None)
             self._cancel_flush_timer()
             await items.aclose()
@@ -108,9 +116,9 @@ class StreamingHandler(BaseHandler):
             return self._behind  # the client reads slower than the model yields: the model waits for it
         if waiting is None and self._sent % 32 == 0:
             # A write to a ready socket completes without yielding: give other requests a turn, or a
-            # model that yields without awaiting keeps the loop to itself. What is queued goes out
-            # first, so the client reads these while the model makes the next ones.
-            self._flush_unsent()
+            # model that yields without awaiting keeps the loop to itself.
+            if _sending == 1:  # alone, what is queued goes out first: the client reads it meanwhile
+                self._flush_unsent()
             return self._behind or asyncio.sleep(0)
         return waiting
 
@@ -130,7 +138,7 @@ class StreamingHandler(BaseHandler):
             return self.flush()  # awaited: a slow client slows the stream, not our memory
         if self._flush_timer is None:
             loop = asyncio.get_running_loop()
-            due = self._flushed_at + COALESCE_SECONDS
+            due = self._flushed_at + (COALESCE_SECONDS if _sending == 1 else CROWDED_COALESCE_SECONDS)
             if loop.time() < due or self._behind is not None:
                 self._flush_timer = loop.call_at(due, self._timed_flush)
             else:  # nothing went out for a window: no reason to hold this one back
