@@ -6,6 +6,7 @@ Nothing here imports pydantic: the requests arrive validated, and answers are on
 """
 from time import perf_counter
 from typing import Any, Dict, List, Optional
+from weakref import WeakKeyDictionary
 
 from . import metrics
 from .dataplane import DataPlane
@@ -28,9 +29,22 @@ def openai_models(repository: ModelRepository) -> Dict[str, OpenAIModel]:
     return {name: model for name, model in repository.get_models().items() if isinstance(model, OpenAIModel)}
 
 
+#: repository -> the name of an OpenAI model it served when last asked (checked again each time)
+_openai_seen: "WeakKeyDictionary[ModelRepository, str]" = WeakKeyDictionary()
+
+
 def serves_openai(repository: ModelRepository) -> bool:
-    """Whether any served model speaks OpenAI (the OpenAI routes answer only then)."""
-    return any(isinstance(model, OpenAIModel) for model in repository.get_models().values())
+    """Whether any served model speaks OpenAI (the OpenAI routes answer only then). Every OpenAI request
+    asks: the model found last time is looked at first, so that a server of thousands of models does
+    not look at each of them every time."""
+    models = repository.get_models()
+    if isinstance(models.get(_openai_seen.get(repository, "")), OpenAIModel):
+        return True
+    for name, model in models.items():
+        if isinstance(model, OpenAIModel):
+            _openai_seen[repository] = name
+            return True
+    return False
 
 
 def not_an_openai_model(name: str) -> ModelNotFound:

@@ -538,6 +538,16 @@ def test_a_server_without_openai_models_has_no_openai_routes_until_one_is_loaded
         assert status == 200 and body["choices"][0]["text"] == "a b", body
     status, _, raw = request(v1_server.http_port, "GET", "/openai/v1/models")
     assert status == 200 and [m["id"] for m in json.loads(raw)["data"]] == ["late-two"]
+    # the model the routes were last found served by goes; another OpenAI model keeps them; then none does
+    for path in ("/v2/repository/models/late-three/load", "/v2/repository/models/late-two/unload"):
+        assert request(v1_server.http_port, "POST", path, b"")[0] == 200
+    for _ in range(4):
+        status, _, body = post(v1_server, COMPLETIONS, {"model": "late-three", "prompt": "d e", "max_tokens": 1})
+        assert status == 200 and body["choices"][0]["text"] == "d", body
+    assert request(v1_server.http_port, "POST", "/v2/repository/models/late-three/unload", b"")[0] == 200
+    for _ in range(4):
+        assert_openai_error(post(v1_server, COMPLETIONS, {"model": "late-three", "prompt": "x"}), 404,
+                            "no route for POST /openai/v1/completions")
 
 
 def test_a_plain_v1_v2_server_never_imports_pydantic(start_server):
