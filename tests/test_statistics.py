@@ -65,8 +65,9 @@ def test_unknown_model_is_not_found(zoo):
 def test_summed_over_workers_and_batches_counted_as_executions(start_server):
     server = start_server("tests/models/scale.py", "--workers", "2", env={"SCALE_MODELS": "cpu,batcher"}, grpc=False)
     pids, calls, deadline = set(), 0, time.monotonic() + 30
-    # Rounds of eight concurrent calls, each a few ms of CPU on its own new connection: while one worker is busy
-    # the other accepts. (One call at a time may all land on one worker, the one that just answered.)
+    # Rounds of eight concurrent calls, each a few ms of CPU on a new connection of its own: while one
+    # worker is busy the other accepts. (Calls one at a time may all go to one worker, the one that just
+    # answered.)
     with ThreadPoolExecutor(8) as pool:
         while len(pids) < 2 and time.monotonic() < deadline:
             answers = list(pool.map(lambda _: post_json(server.http_port, "/v1/models/cpu:predict",

@@ -1,6 +1,5 @@
 """Inference streaming over SSE and gRPC, with real clients, on one worker and on two."""
 import json
-from concurrent.futures import ThreadPoolExecutor
 import os
 import queue
 import re
@@ -8,6 +7,7 @@ import socket
 import statistics
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np

@@ -124,7 +124,8 @@ class _InferenceHandler(_OpenAIHandler):
                                path=request.path, query=request.query, headers=call.headers, body=request.body,
                                client=kinds.Address(host, port) if host else None,
                                server=lambda: _server(request), gone=lambda: call.gone,
-                               http_version=request.version.rpartition("/")[2], header_pairs=request.headers.get_all)
+                               http_version=request.version.rpartition("/")[2],
+                               header_pairs=request.headers.get_all)
         return raw, {"headers": call.headers, "response": kinds.Response()}
 
 

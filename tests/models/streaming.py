@@ -159,7 +159,8 @@ class Flood(kserve.Model):
 
 
 class Clock(kserve.Model):
-    """Yields ``count`` events ``delay_ms`` apart (default 20 and 10), each the wall-clock time it was yielded at."""
+    """Yields ``count`` (default 20) events ``delay_ms`` (default 10) apart, each the wall-clock time it was
+    yielded at."""
 
     def __init__(self, name):
         super().__init__(name)
@@ -173,8 +174,7 @@ class Clock(kserve.Model):
 
 
 MODELS = {"tokens": Tokens, "broken": Broken, "summer": Summer, "headered": Headered, "unary": Unary,
-          "shouted": Shouted, "scaled_summer": ScaledSummer, "flood": Flood,
-          "clock": Clock}
+          "shouted": Shouted, "scaled_summer": ScaledSummer, "flood": Flood, "clock": Clock}
 
 if __name__ == "__main__":
     args, _ = argparse.ArgumentParser(parents=[model_server.parser]).parse_known_args()
