@@ -1,5 +1,6 @@
 """Start real servers on free loopback ports and stop them (by PID) when the tests are done."""
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -16,11 +17,30 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "tests", "models")
 
 
+#: Each pytest-xdist worker hands out ports of a range of its own, below the range the system takes
+#: the ports of clients' connections and of port-0 binds from (32768 and up on Linux).
+_PORTS_FROM, _PORTS_PER_WORKER, _RANGES = 12000, 5000, 4
+_ports = None
+
+
 def free_port() -> int:
-    """A port nothing listens on right now (the server binds it a moment later)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on right now (the server binds it a moment later), never handed out before
+    in this run. (A port the system picked was free when asked, and another test's server could be
+    given it too before the first bound it: a server that installs packages first waits minutes.)"""
+    global _ports
+    if _ports is None:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+        first = _PORTS_FROM + int(worker[2:] or 0) % _RANGES * _PORTS_PER_WORKER
+        start = random.randrange(_PORTS_PER_WORKER)  # another run beside this one starts elsewhere
+        _ports = (first + (start + i) % _PORTS_PER_WORKER for i in range(_PORTS_PER_WORKER))
+    for port in _ports:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use
+            return port
+    raise RuntimeError(f"every port of this test worker's range was handed out ({_PORTS_PER_WORKER})")
 
 
 def http_get(url: str, timeout: float = 5.0):
