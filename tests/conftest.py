@@ -9,7 +9,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from typing import List, Optional, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, List, Optional, Sequence
 
 import pytest
 
@@ -41,6 +42,20 @@ def free_port() -> int:
                 continue  # in use
             return port
     raise RuntimeError(f"every port of this test worker's range was handed out ({_PORTS_PER_WORKER})")
+
+
+def side_by_side(call: Callable[[], Any], enough: Callable[[List[Any]], bool], width: int = 8,
+                 seconds: float = 30.0) -> List[Any]:
+    """The results of ``call()`` made ``width`` at a time, round after round, until ``enough(results)``
+    or ``seconds`` have passed. With ``--workers N``, calls made one at a time may all go to one worker
+    (the kernel wakes the same idle worker first for each new connection); while a worker has calls in
+    flight its siblings accept first, so the calls of a round reach them."""
+    results: List[Any] = []
+    deadline = time.monotonic() + seconds
+    with ThreadPoolExecutor(width) as pool:
+        while not enough(results) and time.monotonic() < deadline:
+            results += pool.map(lambda _: call(), range(width))
+    return results
 
 
 def http_get(url: str, timeout: float = 5.0):

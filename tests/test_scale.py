@@ -12,6 +12,7 @@ import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
 from tritonclient.utils import InferenceServerException
 
+from conftest import side_by_side
 from rawhttp import post_json
 
 
@@ -243,15 +244,13 @@ def test_load_and_unload_reach_every_worker(start_server):
     server = start_server("tests/models/scale.py", "--workers", "2", env={"SCALE_MODELS": "sleepy"})
     client = thttp.InferenceServerClient(f"127.0.0.1:{server.http_port}")
 
-    def answers(until_pids=None):  # a new connection each time, so both workers are asked
-        got = set()
-        for i in range(300):
-            status, _, body = post_json(server.http_port, "/v1/models/good-everywhere:predict", {"instances": [0]})
-            got.add((status, body["predictions"][0] if status == 200 else body["error"]))
-            # 30 at least; more (bounded) while a busy machine lets one worker take every connection
-            if i >= 29 and (until_pids is None or {pid for _, pid in got} >= until_pids):
-                break
-        return got
+    def answer():
+        status, _, body = post_json(server.http_port, "/v1/models/good-everywhere:predict", {"instances": [0]})
+        return status, body["predictions"][0] if status == 200 else body["error"]
+
+    def answers(until_pids=None):  # 32 at least, side by side, so both workers are asked
+        return set(side_by_side(answer, lambda got: len(got) >= 32 and (
+            until_pids is None or {pid for _, pid in got} >= until_pids)))
 
     client.load_model("good-everywhere")
     answered = answers(until_pids=_worker_pids(server))

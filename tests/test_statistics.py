@@ -1,6 +1,5 @@
 """Triton's statistics extension: per-model counts and times, over REST and gRPC, summed over workers."""
 import json
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -9,6 +8,7 @@ import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
 from tritonclient.utils import InferenceServerException
 
+from conftest import side_by_side
 from rawhttp import post_json, request
 
 
@@ -64,19 +64,11 @@ def test_unknown_model_is_not_found(zoo):
 
 def test_summed_over_workers_and_batches_counted_as_executions(start_server):
     server = start_server("tests/models/scale.py", "--workers", "2", env={"SCALE_MODELS": "cpu,batcher"}, grpc=False)
-    pids, calls, deadline = set(), 0, time.monotonic() + 30
-    # Rounds of eight concurrent calls, each a few ms of CPU on a new connection of its own: while one
-    # worker is busy the other accepts. (Calls one at a time may all go to one worker, the one that just
-    # answered.)
-    with ThreadPoolExecutor(8) as pool:
-        while len(pids) < 2 and time.monotonic() < deadline:
-            answers = list(pool.map(lambda _: post_json(server.http_port, "/v1/models/cpu:predict",
-                                                        {"instances": [50_000]}), range(8)))
-            assert {status for status, _, _ in answers} == {200}
-            pids.update(body["pid"] for _, _, body in answers)
-            calls += len(answers)
-    assert len(pids) == 2
-    assert {_stats(server, "cpu")["inference_count"] for _ in range(10)} == {calls}  # each worker sums both
+    answers = side_by_side(lambda: post_json(server.http_port, "/v1/models/cpu:predict", {"instances": [50_000]}),
+                           lambda answers: len({body["pid"] for _, _, body in answers}) == 2)
+    assert {status for status, _, _ in answers} == {200}
+    assert len({body["pid"] for _, _, body in answers}) == 2
+    assert {_stats(server, "cpu")["inference_count"] for _ in range(10)} == {len(answers)}  # each sums both
 
     doc = {"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1.0, 2.0]}]}
     with ThreadPoolExecutor(16) as pool:

@@ -25,7 +25,7 @@ from httpx_sse import connect_sse
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from conftest import ROOT, http_get
+from conftest import ROOT, http_get, side_by_side
 from rawhttp import post_json, request
 
 from kserve_sdk.protocol.grpc import grpc_predict_v2_pb2 as pb
@@ -372,34 +372,27 @@ def test_two_workers_export_and_share_trace_settings(start_server, collector):
     def pids_of(traces) -> set:
         return {s.resource["process.pid"] for t in traces for s in collector.of(t) if s.kind == SERVER}
 
-    traces = []
-    for _ in range(300):  # a new connection each call: the kernel spreads them over the workers (bounded)
+    def traced(model: str) -> str:
         trace_id, _, traceparent = new_trace()
-        traces.append(trace_id)
-        assert post_json(server.http_port, "/v1/models/echo:predict", {"instances": [1]},
+        assert post_json(server.http_port, f"/v1/models/{model}:predict", {"instances": [1]},
                          {"traceparent": traceparent})[0] == 200
-        if len(traces) % 10 == 0:
-            collector.wait(lambda: collector.server_span_of(trace_id))  # and so every call before it
-            if len(pids_of(traces)) == 2:
-                break
+        return trace_id
+
+    def exported(traces) -> list:  # once every call so far has its server span
+        collector.wait(lambda: all(collector.server_span_of(t) for t in traces))
+        return traces
+
+    traces = side_by_side(lambda: traced("echo"), lambda traces: len(pids_of(exported(traces))) == 2)
     pids = pids_of(traces)
     assert len(pids) == 2 and all(s.resource["service.name"] == "two" for t in traces for s in collector.of(t))
     # a setting changed through one worker is in force in both
     status, _, _ = post_json(server.http_port, "/v2/models/echo/trace/setting", {"trace_level": ["OFF"]})
     assert status == 200
-    off, markers = [], []
-    for _ in range(300):
-        trace_id, _, traceparent = new_trace()
-        off.append(trace_id)
-        post_json(server.http_port, "/v1/models/echo:predict", {"instances": [1]}, {"traceparent": traceparent})
-        trace_id, _, traceparent = new_trace()
-        markers.append(trace_id)
-        post_json(server.http_port, "/v1/models/other:predict", {"instances": [1]}, {"traceparent": traceparent})
-        collector.wait(lambda: collector.server_span_of(trace_id))
-        if pids_of(markers) == pids:
-            break
-    assert pids_of(markers) == pids
-    assert not [t for t in off if collector.of(t)]
+    # an untraced call, then a marker that is traced: once a marker is exported, so was (not) its call
+    pairs = side_by_side(lambda: (traced("echo"), traced("other")),
+                         lambda pairs: pids_of(exported([marker for _, marker in pairs])) == pids)
+    assert pids_of([marker for _, marker in pairs]) == pids
+    assert not [t for t, _ in pairs if collector.of(t)]
 
 
 def test_otlp_over_http_protobuf(start_server):
