@@ -124,14 +124,16 @@ def test_rest_errors_carry_the_request_id_and_are_counted_and_logged_once(server
 
 def test_overload_503_carries_the_request_id_and_is_counted(server):
     before = counted(server, model_name="echo", protocol="rest_v1", endpoint="predict", status="503")
-    # the first call holds the only slot for 3 s: long enough for the second to arrive while it is in
-    # flight, however slowly a loaded machine answers the scrape that finds it there
-    holder = threading.Thread(target=request, args=(server.http_port, "POST", "/v1/models/faulty:predict",
-                                                    b'{"instances": ["sleep:3"]}'))
+    # the first call, a stream of four words a second apart, holds the only slot for 3 s (a stream has no
+    # deadline; a unary call would be cut at the 1 s --request_timeout_seconds and free it): long enough
+    # for the second to arrive while it is in flight, however slowly a loaded machine answers the scrape
+    # that finds it there
+    holder = threading.Thread(target=request, args=(server.http_port, "POST", "/v2/models/tokens/generate_stream",
+                                                    b'{"text_input": "a b c d", "parameters": {"delay_ms": 1000}}'))
     holder.start()
     try:
         deadline = time.monotonic() + 5
-        while in_flight(server, "rest_v1") < 1:  # until the first call is in flight
+        while in_flight(server, "rest_v2") < 1:  # until the first call is in flight
             assert time.monotonic() < deadline, "the first call was never in flight"
             time.sleep(0.02)
         status, headers, body = request(server.http_port, "POST", "/v1/models/echo:predict", b'{"instances": [1]}',
