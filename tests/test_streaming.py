@@ -95,14 +95,26 @@ def test_unary_model_over_streaming_endpoints(server):
     assert doc["text_output"] == "SHOUT"
 
 
-def _raw_post(port, path, body: bytes, extra=b""):
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                     b"Connection: close\r\n%s\r\n%s" % (path.encode(), len(body), extra, body))
+def _posted(port, path, body: bytes, extra=b"") -> socket.socket:
+    """A connection that has sent ``POST path`` with ``body`` (and the header lines ``extra``); the
+    server closes it after its answer."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                 b"Connection: close\r\n%s\r\n%s" % (path.encode(), len(body), extra, body))
+    return sock
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    """Everything the server sends on ``sock`` until it closes it; closes ``sock``."""
+    with sock:
         data = b""
         while chunk := sock.recv(65536):
             data += chunk
-    head, _, rest = data.partition(b"\r\n\r\n")
+        return data
+
+
+def _raw_post(port, path, body: bytes, extra=b""):
+    head, _, rest = _read_all(_posted(port, path, body, extra)).partition(b"\r\n\r\n")
     return head.decode(), rest
 
 
@@ -173,10 +185,8 @@ def test_gzip_stream_is_flushed_per_event(server):
 
 def _lateness(port: int, count: int, delay_ms: int) -> list:
     """Seconds from when the clock model made each event of a stream to when its bytes were read here."""
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        body = b'{"text_input": "", "parameters": {"count": %d, "delay_ms": %d}}' % (count, delay_ms)
-        sock.sendall(b"POST /v2/models/clock/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
-                     b"Connection: close\r\n\r\n%s" % (len(body), body))
+    body = b'{"text_input": "", "parameters": {"count": %d, "delay_ms": %d}}' % (count, delay_ms)
+    with _posted(port, "/v2/models/clock/generate_stream", body) as sock:
         lateness, data = [], b""
         while chunk := sock.recv(65536):
             arrived = time.time()
@@ -201,23 +211,12 @@ def test_an_event_after_a_quiet_spell_is_sent_at_once(server):
 def _flood_chunks(port: int, streams: int, count: int) -> list:
     """How many HTTP chunks (one per flush) each of ``streams`` flood streams, sent at once, came in."""
     body = b'{"text_input": "", "parameters": {"count": %d, "size": 20}}' % count
-    socks = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(streams)]
-    for sock in socks:
-        sock.sendall(b"POST /v2/models/flood/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
-                     b"Connection: close\r\n\r\n%s" % (len(body), body))
+    socks = [_posted(port, "/v2/models/flood/generate_stream", body) for _ in range(streams)]
     with ThreadPoolExecutor(streams) as pool:
         raws = list(pool.map(_read_all, socks))
     chunks = [_dechunk(raw.partition(b"\r\n\r\n")[2]) for raw in raws]
     assert [b"".join(c).count(b"data: ") for c in chunks] == [count] * streams
     return [len(c) for c in chunks]
-
-
-def _read_all(sock: socket.socket) -> bytes:
-    with sock:
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
-        return data
 
 
 def test_streams_sent_side_by_side_share_writes_longer(start_server):
