@@ -2,7 +2,8 @@
 method inside the common lifecycle (drain and overload accounting, Triton statistics, the latency line,
 stream metrics) plus the LLM metrics: tokens from ``usage``, time to the first chunk, gaps between chunks.
 
-Nothing here imports pydantic: the requests arrive validated, and answers are only looked at for ``usage``.
+Nothing here imports pydantic until an OpenAI call comes (``OpenAIAPI``): the requests arrive validated,
+and answers are only looked at for ``usage``.
 """
 from time import perf_counter
 from typing import Any, Dict, List, Optional
@@ -14,6 +15,27 @@ from .errors import InvalidInput, ModelNotFound, naming_the_model
 from .lifecycle import Call
 from .model_repository import ModelRepository
 from .openai_model import OpenAIEncoderModel, OpenAIGenerativeModel, OpenAIModel
+
+class OpenAIAPI:
+    """The OpenAI codec, errors, request and response types, imported by the first OpenAI call (they import
+    pydantic, which a server of no OpenAI model never loads) and kept here: an import statement run on
+    every request costs a few microseconds each time."""
+
+    codec: Any = None
+    errors: Any = None
+    raw_request: Any = None
+    types: Any = None
+
+    @classmethod
+    def load(cls) -> "type[OpenAIAPI]":
+        """This class, its modules imported."""
+        if cls.codec is None:
+            from .protocol.rest.openai import codec, errors, raw_request, types
+
+            cls.errors, cls.raw_request, cls.types = errors, raw_request, types
+            cls.codec = codec  # last: the others are set once this is
+        return cls
+
 
 #: endpoint -> (the model's method, the kind of model that has it, the API's name in errors)
 ENDPOINTS = {
@@ -91,18 +113,8 @@ async def openai_call(dataplane: DataPlane, endpoint: str, name: str, request: A
     if streams:
         return dataplane.counted_stream(name, answer, call.headers, call.protocol, call.timings,
                                         watch=_ChunkMeter(name, call.started))
-    metrics.llm_tokens(name, _usage_of(answer))
+    metrics.llm_tokens(name, OpenAIAPI.load().codec.usage_of(answer))
     return answer
-
-
-def _usage_of(item: Any) -> Optional[Dict[str, Any]]:
-    """codec.usage_of, imported on first use (the codec imports pydantic) and then kept: an import
-    statement costs a few microseconds each time it runs."""
-    global _usage_of
-    from .protocol.rest.openai.codec import usage_of
-
-    _usage_of = usage_of
-    return usage_of(item)
 
 
 #: A stream adds the short gaps it counted to the gap histogram every this many (and when it ends).
@@ -147,7 +159,8 @@ class _ChunkMeter:
         """The stream is over: count its tokens, and its short gaps not yet added."""
         if self.short:
             self._add_short()
-        usage = _usage_of(self.final) if self.final is not None else None
+        usage_of = OpenAIAPI.load().codec.usage_of
+        usage = usage_of(self.final) if self.final is not None else None
         if usage is None and self.previous is not None:
-            usage = _usage_of(self.previous)
+            usage = usage_of(self.previous)
         metrics.llm_tokens(self.name, usage)

@@ -14,7 +14,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from tornado.web import HTTPError
 
 from ..errors import ModelNotFound
-from ..openai_dataplane import not_an_openai_model, openai_call, openai_models, resolve_model_name, serves_openai
+from ..openai_dataplane import (OpenAIAPI, not_an_openai_model, openai_call, openai_models, resolve_model_name,
+                                serves_openai)
 from ..protocol.rest.openai import error_body  # no pydantic: a plain server's 404s are written with it
 from .base import cancel_on_disconnect, encoded
 from .streaming import StreamingHandler, sse_event
@@ -45,26 +46,6 @@ def labels_of(path: str) -> Optional[Tuple[str, str]]:
     return "openai", "other" if handler is None else handler.endpoint
 
 
-class _API:
-    """The OpenAI codec and types, imported by the first OpenAI request (they import pydantic, which a
-    server of no OpenAI model never loads) and kept here: an import statement in a handler costs a few
-    microseconds each time it runs."""
-
-    codec: Any = None
-    errors: Any = None
-    raw_request: Any = None
-    types: Any = None
-
-    @classmethod
-    def load(cls) -> "type[_API]":
-        if cls.codec is None:
-            from ..protocol.rest.openai import codec, errors, raw_request, types
-
-            cls.errors, cls.raw_request, cls.types = errors, raw_request, types
-            cls.codec = codec  # last: the others are set once this is
-        return cls
-
-
 def error_document(status: int, message: str) -> bytes:
     """An error answer's body in OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``."""
     return error_body.error_body(status, message)
@@ -92,7 +73,7 @@ class _InferenceHandler(_OpenAIHandler):
 
     @cancel_on_disconnect
     async def post(self) -> None:
-        api = _API.load()
+        api = OpenAIAPI.load()
         request = api.codec.decode_request(self.endpoint, self.request.body)
         call = self.open_call()
         name = call.model_name = resolve_model_name(self.dataplane.model_registry, request.model)
@@ -111,13 +92,13 @@ class _InferenceHandler(_OpenAIHandler):
         self.send_body(body, headers=context["response"].headers)
 
     async def _send_chunks(self, chunks: Any, context: Dict[str, Any]) -> None:
-        codec = _API.codec
+        codec = OpenAIAPI.codec
         await self.send_stream(chunks, codec.encode_event, sse_event, "text/event-stream",
                                context["response"].headers, trailer=codec.DONE_EVENT)
 
     def _exchange(self) -> Tuple[Any, Dict[str, Any]]:
         """The ``raw_request`` and ``context`` the model's method is handed."""
-        kinds = _API.raw_request
+        kinds = OpenAIAPI.raw_request
         request, call = self.request, self.call
         host, port = _peer(request)
         raw = kinds.RawRequest(method=request.method, scheme=request.protocol, host=request.host,
@@ -181,7 +162,7 @@ class ModelsHandler(_OpenAIHandler):
     endpoint = "models"
 
     async def get(self, name: Optional[str] = None) -> None:
-        api = _API.load()
+        api = OpenAIAPI.load()
         encode_answer, Model, ModelList = api.codec.encode_answer, api.types.Model, api.types.ModelList
         served = openai_models(self.dataplane.model_registry)
         if name is None:
