@@ -91,7 +91,7 @@ def bytes_input(text):
 @pytest.fixture(scope="module")
 def side(start_server):
     """A zoo with "toggle" (can turn unready) and models a test may unload."""
-    return start_server("tests/models/zoo.py", env={"ZOO_MODELS": "toggle,echo,raw"})
+    return start_server("tests/models/zoo.py", env={"ZOO_MODELS": "toggle,echo,raw,listed"})
 
 
 @pytest.fixture(scope="module")
@@ -201,6 +201,44 @@ def test_infer_empty_tensor(zoo):
     with triton(zoo) as client:
         out = client.infer("echo", [tensor]).as_numpy("OUTPUT0")
     assert out.shape == (0, 4) and out.dtype == np.float32
+
+
+# (datatype, shape, the model's list, what numpy makes of it): short lists are packed without numpy,
+# and must come out as numpy would have made them, truncation and nested lists included
+LISTED = [("INT8", [2], [127, -128]), ("INT16", [1, 2], [[1, -2]]), ("INT32", [2], [1.5, -2.7]),
+          ("INT64", [2], [True, 2 ** 40]), ("UINT8", [1], [255]), ("UINT16", [1], [258]),
+          ("UINT32", [1], [2 ** 32 - 2]), ("UINT64", [1], [2 ** 64 - 2]),
+          ("FP32", [3], [0.1, float("nan"), "2.5"]), ("FP64", [2], [1, -0.0]),
+          ("FP32", [2, 2], [0, 1, 2, 3]),  # flat, for a shape of two dimensions
+          ("FP32", [20], list(range(20)))]  # longer than the packed ones: numpy's path, for comparison
+
+
+@pytest.mark.parametrize("datatype,shape,data", LISTED)
+def test_list_outputs_are_sent_as_numpy_makes_them(side, datatype, shape, data):
+    spec = bytes_input(json.dumps({"datatype": datatype, "shape": shape, "data": data}))
+    with triton(side) as client:
+        result = client.infer("listed", [spec])
+        out = result.as_numpy("out")
+    expected = np.asarray(data, dtype=out.dtype).reshape(shape)
+    assert out.dtype == tgrpc.triton_to_np_dtype(datatype)
+    assert out.tobytes() == expected.tobytes()  # bit-exact: 0.1 as float32, nan, -0.0, 1.5 -> 1
+
+
+# A value out of its datatype's range is found as the answer is encoded, and answered today as the client's
+# error (INVALID_ARGUMENT, "input 'out': ..."), though the model made it; a count that does not match the
+# shape is found before, and is the model's (INTERNAL). Either way the value and the output are named.
+@pytest.mark.parametrize("datatype,data,status,message", [
+    ("UINT8", [-1], "INVALID_ARGUMENT", "input 'out': data does not fit datatype UINT8: Python integer -1 out of "
+                                        "bounds for uint8"),
+    ("INT32", [2 ** 31], "INVALID_ARGUMENT", "Python integer 2147483648 out of bounds for int32"),
+    ("INT16", [1, 2], "INTERNAL", "model 'listed' returned output 'out' that is malformed: shape [1] needs 1 "
+                                  "values but the data has 2"),
+])
+def test_list_outputs_that_do_not_fit_are_named(side, datatype, data, status, message):
+    spec = bytes_input(json.dumps({"datatype": datatype, "shape": [1], "data": data}))
+    with triton(side) as client:
+        got, text = triton_error(client.infer, "listed", [spec])
+    assert (got, message in text) == (f"StatusCode.{status}", True), (got, text)
 
 
 def test_requested_outputs(zoo):

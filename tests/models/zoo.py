@@ -196,6 +196,24 @@ class Received(kserve.Model):
 
 ZOO["received"] = Received
 
+
+class Listed(kserve.Model):
+    """Answers the output its BYTES input "spec" describes as JSON, ``{"datatype", "shape", "data"}``, with
+    ``data`` the plain list the model hands back (not a numpy array). Not in the default set."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.ready = True
+
+    def predict(self, payload: InferRequest, headers=None):
+        import json
+        spec = json.loads(payload.inputs[0].as_numpy().reshape(-1)[0])
+        return InferResponse(response_id=payload.id, model_name=self.name,
+                             infer_outputs=[InferOutput("out", spec["shape"], spec["datatype"], data=spec["data"])])
+
+
+ZOO["listed"] = Listed
+
 class Sleepy(kserve.Model):
     """An async predict that sleeps as many seconds as its first instance says (a slow I/O-bound model)."""
 
