@@ -23,23 +23,26 @@ SHM_REGION = "shared_memory_region"
 MAX_DIMS = 64
 MAX_ELEMENTS = 2 ** 63 - 1
 
-#: struct's letter for each datatype whose short lists of JSON values ``raw_bytes`` packs itself: for a few
-#: elements (a streamed token's id, a score) that is several times quicker than a numpy array made and
-#: dropped again. Longer lists, and any value struct refuses, go through numpy, which names what is wrong.
-_PACK_CODES = {"INT8": "b", "INT16": "h", "INT32": "i", "INT64": "q", "UINT8": "B", "UINT16": "H",
-               "UINT32": "I", "UINT64": "Q", "FP32": "f", "FP64": "d"}
+#: The longest list of JSON values ``raw_bytes`` packs itself, with struct: for a few elements (a streamed
+#: token's id, a score) that is several times quicker than a numpy array made and dropped again. Longer
+#: lists, and any value struct refuses, go through numpy, which names what is wrong.
 PACK_MAX = 16
+#: datatype -> the packers of its lists of 0 to PACK_MAX elements, little-endian as on the wire (a compiled
+#: struct.Struct each: building the format string per call cost more than the packing)
+_PACKERS = {datatype: [struct.Struct(f"<{n}{code}").pack for n in range(PACK_MAX + 1)]
+            for datatype, code in {"INT8": "b", "INT16": "h", "INT32": "i", "INT64": "q", "UINT8": "B",
+                                   "UINT16": "H", "UINT32": "I", "UINT64": "Q", "FP32": "f", "FP64": "d"}.items()}
 
 
 def _packed(values: list, datatype: str, shape: List[int]) -> Optional[bytes]:
-    """A short flat list of numbers as the raw little-endian elements of ``datatype``, or None when struct
-    cannot pack it as numpy would (nested lists, a count the shape does not match, a float for an integer
-    datatype, a value out of range): numpy then converts it, or says why it cannot."""
-    code = _PACK_CODES.get(datatype)
-    if code is None or prod(shape) != len(values):
+    """A flat list of at most PACK_MAX numbers as the raw little-endian elements of ``datatype``, or None
+    when struct cannot pack it as numpy would (nested lists, a count the shape does not match, a float for
+    an integer datatype, a value out of range): numpy then converts it, or says why it cannot."""
+    packers = _PACKERS.get(datatype)
+    if packers is None or prod(shape) != len(values):
         return None
     try:
-        return struct.pack(f"<{len(values)}{code}", *values)
+        return packers[len(values)](*values)
     except (struct.error, TypeError, OverflowError):
         return None
 
