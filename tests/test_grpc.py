@@ -224,21 +224,26 @@ def test_list_outputs_are_sent_as_numpy_makes_them(side, datatype, shape, data):
     assert out.tobytes() == expected.tobytes()  # bit-exact: 0.1 as float32, nan, -0.0, 1.5 -> 1
 
 
-# A value out of its datatype's range is found as the answer is encoded, and answered today as the client's
-# error (INVALID_ARGUMENT, "input 'out': ..."), though the model made it; a count that does not match the
-# shape is found before, and is the model's (INTERNAL). Either way the value and the output are named.
-@pytest.mark.parametrize("datatype,data,status,message", [
-    ("UINT8", [-1], "INVALID_ARGUMENT", "input 'out': data does not fit datatype UINT8: Python integer -1 out of "
-                                        "bounds for uint8"),
-    ("INT32", [2 ** 31], "INVALID_ARGUMENT", "Python integer 2147483648 out of bounds for int32"),
-    ("INT16", [1, 2], "INTERNAL", "model 'listed' returned output 'out' that is malformed: shape [1] needs 1 "
-                                  "values but the data has 2"),
+# A value out of its datatype's range is found as the answer is encoded, a count that does not match the
+# shape before: both are the model's fault, and name the model, the output and what is wrong.
+@pytest.mark.parametrize("datatype,data,message", [
+    ("UINT8", [-1], "model 'listed' returned output 'out' whose data does not fit datatype UINT8: Python "
+                    "integer -1 out of bounds for uint8"),
+    ("INT32", [2 ** 31], "output 'out' whose data does not fit datatype INT32: Python integer 2147483648 out "
+                         "of bounds for int32"),
+    ("INT16", [1, 2], "model 'listed' returned output 'out' that is malformed: shape [1] needs 1 values but "
+                      "the data has 2"),
 ])
-def test_list_outputs_that_do_not_fit_are_named(side, datatype, data, status, message):
-    spec = bytes_input(json.dumps({"datatype": datatype, "shape": [1], "data": data}))
+def test_list_outputs_that_do_not_fit_are_named(side, datatype, data, message):
+    spec = json.dumps({"datatype": datatype, "shape": [1], "data": data})
     with triton(side) as client:
-        got, text = triton_error(client.infer, "listed", [spec])
-    assert (got, message in text) == (f"StatusCode.{status}", True), (got, text)
+        got, text = triton_error(client.infer, "listed", [bytes_input(spec)])
+    assert (got, message in text) == ("StatusCode.INTERNAL", True), (got, text)
+    # the same answer over REST, its output asked for as binary (raw bytes, as over gRPC)
+    status, body = rest_json(f"{side.url}/v2/models/listed/infer", {
+        "inputs": [{"name": "spec", "shape": [1], "datatype": "BYTES", "data": [spec]}],
+        "outputs": [{"name": "out", "parameters": {"binary_data": True}}]})
+    assert (status, message in body["error"]) == (500, True), (status, body)
 
 
 def test_requested_outputs(zoo):

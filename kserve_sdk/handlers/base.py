@@ -16,6 +16,7 @@ from ..internals.tornado_headers import HeaderRecorder
 from ..lifecycle import Call, Failure
 from ..tracing import answer_traceparent
 from ..protocol.rest_codec import dumps
+from ..protocol.tensor import DataDoesNotFit
 from .responder import JSON, SERVER, Reply, error_document, failure_headers, header_text
 
 __all__ = ["BaseHandler", "JSON", "Reply", "cancel_on_disconnect", "encoded", "lowercase_headers"]
@@ -49,6 +50,8 @@ def encoded(model_name: str, encode, *args: Any):
     """``encode(*args)``, where a response the model built that cannot be written is the model's fault (500)."""
     try:
         return encode(*args)
+    except DataDoesNotFit as e:  # values of an output its datatype cannot hold
+        raise e.as_model_error(model_name) from None
     except InvalidInput:
         raise
     except (TypeError, ValueError, OverflowError, UnicodeError) as e:

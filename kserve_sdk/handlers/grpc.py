@@ -22,6 +22,7 @@ from ..protocol.grpc.grpc_predict_v2_pb2_grpc import (
     GRPCInferenceServiceServicer, add_GRPCInferenceServiceServicer_to_server,
 )
 from ..protocol.infer_type import InferRequest, InferResponse
+from ..protocol.tensor import DataDoesNotFit
 from ..tracing import answer_traceparent
 
 
@@ -78,6 +79,8 @@ def to_infer_response_message(response: Any, model_name: str = "", msg=None):
         raise not_a_v2_response(model_name, response)
     try:
         return infer_response_to_grpc(response, msg)
+    except DataDoesNotFit as e:  # values of an output its datatype cannot hold
+        raise e.as_model_error(model_name) from None
     except InvalidInput:
         raise  # e.g. a requested output the model does not have: the client's
     except (TypeError, ValueError, OverflowError, UnicodeError) as e:

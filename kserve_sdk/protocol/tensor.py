@@ -34,6 +34,20 @@ _PACKERS = {datatype: [struct.Struct(f"<{n}{code}").pack for n in range(PACK_MAX
                                    "UINT16": "H", "UINT32": "I", "UINT64": "Q", "FP32": "f", "FP64": "d"}.items()}
 
 
+class DataDoesNotFit(InvalidInput):
+    """JSON values a tensor's datatype cannot hold (-1 as UINT8): the client's error in a request; in an
+    answer it is the model's, and the encoders of answers raise :meth:`as_model_error` instead."""
+
+    def __init__(self, name: str, datatype: str, detail: str):
+        super().__init__(f"input '{name}': data does not fit datatype {datatype}: {detail}")
+        self.name, self.datatype, self.detail = name, datatype, detail
+
+    def as_model_error(self, model_name: str) -> InferenceError:
+        """The same, as the fault of the model that answered it (HTTP 500, gRPC INTERNAL)."""
+        return InferenceError(f"model '{model_name}' returned output '{self.name}' whose data does not fit "
+                              f"datatype {self.datatype}: {self.detail}")
+
+
 def _packed(values: list, datatype: str, shape: List[int]) -> Optional[bytes]:
     """A flat list of at most PACK_MAX numbers as the raw little-endian elements of ``datatype``, or None
     when struct cannot pack it as numpy would (nested lists, a count the shape does not match, a float for
@@ -188,7 +202,7 @@ class Tensor:
                 return flat
             return np.asarray(self._data, dtype=dtype).reshape(-1)
         except (ValueError, TypeError, OverflowError) as e:
-            raise InvalidInput(f"input '{self._name}': data does not fit datatype {self._datatype}: {e}") from None
+            raise DataDoesNotFit(self._name, self._datatype, str(e)) from None
 
     def as_string(self) -> List[str]:
         """The elements of a BYTES tensor decoded as UTF-8 text, in C order (InvalidInput if one is not UTF-8)."""
