@@ -88,10 +88,14 @@ def to_infer_response_message(response: Any, model_name: str = "", msg=None):
 
 
 def _tagged(message, request):
-    """A response carrying its request's id, model name and version unless the model set its own."""
-    message.id = message.id or request.id
-    message.model_name = message.model_name or request.model_name
-    message.model_version = message.model_version or request.model_version
+    """A response carrying its request's id, model name and version unless the model set its own. A field
+    is written only when it changes: each write of a string field copies it, once per streamed message."""
+    if not message.id:
+        message.id = request.id
+    if not message.model_name:
+        message.model_name = request.model_name
+    if not message.model_version and request.model_version:
+        message.model_version = request.model_version
     return message
 
 
