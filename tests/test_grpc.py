@@ -203,8 +203,8 @@ def test_infer_empty_tensor(zoo):
     assert out.shape == (0, 4) and out.dtype == np.float32
 
 
-# (datatype, shape, the model's list, what numpy makes of it): short lists are packed without numpy,
-# and must come out as numpy would have made them, truncation and nested lists included
+# (datatype, shape, the list the model answers): short lists are packed without numpy, and must come out
+# as numpy makes them, truncation, strings and nested lists included
 LISTED = [("INT8", [2], [127, -128]), ("INT16", [1, 2], [[1, -2]]), ("INT32", [2], [1.5, -2.7]),
           ("INT64", [2], [True, 2 ** 40]), ("UINT8", [1], [255]), ("UINT16", [1], [258]),
           ("UINT32", [1], [2 ** 32 - 2]), ("UINT64", [1], [2 ** 64 - 2]),

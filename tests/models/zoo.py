@@ -4,6 +4,7 @@ ZOO_MODELS (comma-separated) picks which ones; default: all but "toggle" (which 
 """
 import argparse
 import asyncio
+import json
 import os
 import threading
 import time
@@ -206,13 +207,13 @@ class Listed(kserve.Model):
         self.ready = True
 
     def predict(self, payload: InferRequest, headers=None):
-        import json
         spec = json.loads(payload.inputs[0].as_numpy().reshape(-1)[0])
         return InferResponse(response_id=payload.id, model_name=self.name,
                              infer_outputs=[InferOutput("out", spec["shape"], spec["datatype"], data=spec["data"])])
 
 
 ZOO["listed"] = Listed
+
 
 class Sleepy(kserve.Model):
     """An async predict that sleeps as many seconds as its first instance says (a slow I/O-bound model)."""
