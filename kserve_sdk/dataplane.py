@@ -21,7 +21,7 @@ from .model import InferenceModel, InferenceVerb, Model
 from .model_config import triton_config
 from .model_repository import ModelRepository
 from .protocol.infer_type import InferRequest, InferResponse
-from .protocol.tensor import Tensor, in_shared_memory
+from .protocol.tensor import DataDoesNotFit, Tensor, in_shared_memory
 from .shared_memory import SharedMemoryRegistry, uses_shared_memory
 from .tracing.settings import validated as validated_trace_settings
 from .utils.utils import get_predict_response
@@ -82,6 +82,21 @@ def not_a_v2_response(model_name: str, response: Any) -> InferenceError:
     shape = "a dict without an \"outputs\" list" if isinstance(response, dict) else type(response).__name__
     return InferenceError(f"model '{model_name}' returned {shape}, which is not a v2 inference response: return "
                           "an InferResponse (kserve_sdk.utils.utils.get_predict_response builds one) or arrays")
+
+
+def encoded(model_name: str, encode: Callable[..., Any], *args: Any) -> Any:
+    """``encode(*args)`` (a protocol's encoder of an answer), where an answer the model built that cannot be
+    written is the model's fault (HTTP 500, gRPC INTERNAL); an InvalidInput (a requested output the model
+    does not have) stays the client's."""
+    try:
+        return encode(*args)
+    except DataDoesNotFit as e:  # values of an output its datatype cannot hold
+        raise e.as_model_error(model_name) from None
+    except InvalidInput:
+        raise
+    except (TypeError, ValueError, OverflowError, UnicodeError) as e:
+        raise InferenceError(f"model '{model_name}' returned a response that cannot be encoded: "
+                             f"{type(e).__name__}: {e}") from None
 
 
 class DataPlane:

@@ -9,14 +9,13 @@ from typing import Any, Dict, Optional, Tuple
 from tornado.httputil import HTTPHeaders
 from tornado.web import HTTPError, RequestHandler
 
-from ..dataplane import DataPlane
+from ..dataplane import DataPlane, encoded
 from .. import metrics
-from ..errors import InferenceError, InvalidInput, PayloadTooLarge
+from ..errors import InvalidInput, PayloadTooLarge
 from ..internals.tornado_headers import HeaderRecorder
 from ..lifecycle import Call, Failure
 from ..tracing import answer_traceparent
 from ..protocol.rest_codec import dumps
-from ..protocol.tensor import DataDoesNotFit
 from .responder import JSON, SERVER, Reply, error_document, failure_headers, header_text
 
 __all__ = ["BaseHandler", "JSON", "Reply", "cancel_on_disconnect", "encoded", "lowercase_headers"]
@@ -44,19 +43,6 @@ def cancel_on_disconnect(method):
 def lowercase_headers(headers: HTTPHeaders) -> Dict[str, str]:
     """Request headers as one mutable dict with lowercase names: what models receive."""
     return {name.lower(): value for name, value in headers.get_all()}
-
-
-def encoded(model_name: str, encode, *args: Any):
-    """``encode(*args)``, where a response the model built that cannot be written is the model's fault (500)."""
-    try:
-        return encode(*args)
-    except DataDoesNotFit as e:  # values of an output its datatype cannot hold
-        raise e.as_model_error(model_name) from None
-    except InvalidInput:
-        raise
-    except (TypeError, ValueError, OverflowError, UnicodeError) as e:
-        raise InferenceError(f"model '{model_name}' returned a response that cannot be encoded: "
-                             f"{type(e).__name__}: {e}") from None
 
 
 class BaseHandler(HeaderRecorder, RequestHandler):

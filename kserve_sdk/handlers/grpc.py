@@ -11,8 +11,8 @@ from typing import Any, AsyncIterator, Callable, Dict, Tuple
 import grpc
 from google.protobuf import json_format
 
-from ..dataplane import DataPlane, not_a_v2_response
-from ..errors import InferenceError, InvalidInput
+from ..dataplane import DataPlane, encoded, not_a_v2_response
+from ..errors import InvalidInput
 from ..lifecycle import Call, Failure, take_request_id
 from ..protocol.grpc import grpc_predict_v2_pb2 as pb
 from ..protocol.grpc.convert import Undecodable, infer_request_from_grpc, infer_response_to_grpc, tolerant_parser
@@ -22,7 +22,6 @@ from ..protocol.grpc.grpc_predict_v2_pb2_grpc import (
     GRPCInferenceServiceServicer, add_GRPCInferenceServiceServicer_to_server,
 )
 from ..protocol.infer_type import InferRequest, InferResponse
-from ..protocol.tensor import DataDoesNotFit
 from ..tracing import answer_traceparent
 
 
@@ -77,14 +76,7 @@ def to_infer_response_message(response: Any, model_name: str = "", msg=None):
     when given); anything else is refused by the rule REST applies too."""
     if not isinstance(response, InferResponse):
         raise not_a_v2_response(model_name, response)
-    try:
-        return infer_response_to_grpc(response, msg)
-    except DataDoesNotFit as e:  # values of an output its datatype cannot hold
-        raise e.as_model_error(model_name) from None
-    except InvalidInput:
-        raise  # e.g. a requested output the model does not have: the client's
-    except (TypeError, ValueError, OverflowError, UnicodeError) as e:
-        raise InferenceError(f"model '{model_name}' returned a response that cannot be encoded: {e}") from None
+    return encoded(model_name, infer_response_to_grpc, response, msg)
 
 
 def _tagged(message, request):
