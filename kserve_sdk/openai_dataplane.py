@@ -16,6 +16,7 @@ from .lifecycle import Call
 from .model_repository import ModelRepository
 from .openai_model import OpenAIEncoderModel, OpenAIGenerativeModel, OpenAIModel
 
+
 class OpenAIAPI:
     """The OpenAI codec, errors, request and response types, imported by the first OpenAI call (they import
     pydantic, which a server of no OpenAI model never loads) and kept here: an import statement run on

@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional, Tuple
 from tornado.httputil import HTTPHeaders
 from tornado.web import HTTPError, RequestHandler
 
-from ..dataplane import DataPlane, encoded
+from ..dataplane import DataPlane
 from .. import metrics
 from ..errors import InvalidInput, PayloadTooLarge
 from ..internals.tornado_headers import HeaderRecorder
@@ -18,7 +18,7 @@ from ..tracing import answer_traceparent
 from ..protocol.rest_codec import dumps
 from .responder import JSON, SERVER, Reply, error_document, failure_headers, header_text
 
-__all__ = ["BaseHandler", "JSON", "Reply", "cancel_on_disconnect", "encoded", "lowercase_headers"]
+__all__ = ["BaseHandler", "JSON", "Reply", "cancel_on_disconnect", "lowercase_headers"]
 
 
 def cancel_on_disconnect(method):

@@ -8,12 +8,11 @@ from typing import Any, Dict, Optional, Tuple
 
 from tornado.httputil import HTTPHeaders
 
-from ..dataplane import DataPlane, not_a_v2_response
+from ..dataplane import DataPlane, encoded, not_a_v2_response
 from ..errors import InvalidInput
 from ..lifecycle import Call
 from ..protocol.infer_type import InferRequest, InferResponse
 from ..protocol.rest_codec import decode_infer_request, dumps, encode_infer_response, loads_json, parse_json_length
-from .base import encoded
 from .cloudevents import decode_cloudevent, encode_cloudevent
 from .responder import JSON, Reply
 
