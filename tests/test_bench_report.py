@@ -17,13 +17,14 @@ def cell(target, case, conc, rps, ratio=None, p99=None, p999=None):
 
 def results():
     http = [cell("ours", "v1-small", 32, 900, {"bare": 0.9, "kserve": 2.5, "litserve": 2.2, "bentoml": 2.4}, 10, 20),
-            cell("bare", "v1-small", 32, 1000, p99=8, p999=12),
+            cell("bare", "v1-small", 32, 1000, {"kserve": 2.78}, p99=8, p999=12),
             cell("kserve", "v1-small", 32, 360, p99=40, p999=60),
             cell("litserve", "v1-small", 32, 400, p99=30, p999=50),
             cell("bentoml", "v1-small", 32, 370, p99=35, p999=55),
             cell("ours", "v2-json-1mib", 4, 20, {"bare": 0.8, "kserve": 9}),
             cell("litserve", "v2-json-1mib", 4, None)]
     grpc = [cell("ours", "grpc-small", 32, 800, {"bare": 0.84, "kserve": 1.6}, 12, 30),
+            cell("bare", "grpc-small", 32, 950, {"kserve": 1.4}),
             cell("kserve", "grpc-small", 32, 500, p99=11, p999=25)]
     stream = [cell("ours", "sse-stream", 8, 10000, {"mlserver": 3.5, "litserve": 10}),
               cell("litserve", "sse-stream", 8, 1000),
@@ -73,7 +74,15 @@ def test_a_peer_is_checked_only_where_it_served():
 
 def test_markdown_has_a_line_per_check_and_the_tail_table():
     md = bench_report.summary_markdown(results())
-    assert "| ×BentoML | http v1-small@c32 | 2.40 | >= 3.00 | 0.80 | **missed** |" in md
-    assert "| ×LitServe | http v1-small@c32 | 2.20 | >= 2.00 | 1.10 | met |" in md
+    assert "| ×BentoML | http v1-small@c32 | 2.40 | >= 3.00 | 0.80 | - | **missed** |" in md
+    assert "| ×LitServe | http v1-small@c32 | 2.20 | >= 2.00 | 1.10 | - | met |" in md
     tail = "| http | v1-small@c32 | 8.00 / 12.00 | 10.00 / 20.00 | 40.00 / 60.00 | 30.00 / 50.00 | 35.00 / 55.00 |"
     assert tail in md
+
+
+def test_a_kserve_target_is_shown_beside_the_ceilings_own_ratio():
+    md = bench_report.summary_markdown(results())
+    assert "| ×KServe (small) | http v1-small@c32 | 2.50 | >= 2.00 | 1.25 | 2.78 | met |" in md
+    assert "| ×KServe (small) | grpc grpc-small@c32 | 1.60 | >= 1.50 | 1.07 | 1.40 | met |" in md
+    # only the gRPC cell's ceiling (1.4x KServe) is below its target (1.5)
+    assert "The ceiling itself is below 1 of these targets in this run (grpc grpc-small@c32)" in md
