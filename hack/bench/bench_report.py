@@ -44,25 +44,17 @@ def served(results, group, target):
     return {label(c) for c in cells(results, group, target) if c["rps"] is not None}
 
 
-def ceiling_value(results, group, ours_cell, ref):
-    """The ceiling's (bare's) own ratio to ``ref`` in the cell of ``ours_cell``: how far the bare stack
-    itself gets against that peer in the same rounds (None when either did not run)."""
-    for c in cells(results, group, "bare"):
-        if (c["case"], c["conc"]) == (ours_cell["case"], ours_cell["conc"]):
-            return c["ratio"].get(ref)
-    return None
-
-
 def ratio_checks(results):
     """Ceiling and KServe ratios of the REST and gRPC cells; ceiling and MLServer ones of the streams."""
     out = []
     for group in ("http", "grpc"):
+        bare = {label(c): c for c in cells(results, group, "bare")}  # the ceiling's own ratios, same cell
         for c in cells(results, group, "ours"):
             out.append(verdict("×ceiling", f"{group} {label(c)}", c["ratio"].get("bare"), ">=", CEILING))
             if c["case"] in SMALL:
                 check = verdict("×KServe (small)", f"{group} {label(c)}", c["ratio"].get("kserve"), ">=",
                                 KSERVE_SMALL[group])
-                check["ceiling"] = ceiling_value(results, group, c, "kserve")
+                check["ceiling"] = bare.get(label(c), {}).get("ratio", {}).get("kserve")
                 out.append(check)
             if c["case"] == "v2-binary-1mib":
                 out.append(verdict("×KServe (1 MiB binary, earlier issue)", f"{group} {label(c)}",
