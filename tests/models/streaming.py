@@ -136,15 +136,28 @@ class ScaledSummer(Summer):
 
 class Flood(kserve.Model):
     """Yields ``count`` events of ``size`` characters as fast as it can, awaiting nothing; records in
-    STREAM_MARKERS how many it had yielded when its generator was closed."""
+    STREAM_MARKERS how many it had yielded when its generator was closed. With ``"together": [group, n]``
+    it first waits (10 s at most) until n floods of that group have started, so they run side by side."""
 
     def __init__(self, name):
         super().__init__(name)
         self.ready = True
+        self.groups = {}  # group name -> the events of the floods waiting in it
+
+    async def _wait_for_group(self, group: str, size: int) -> None:
+        waiting = self.groups.setdefault(group, [])
+        arrived = asyncio.Event()
+        waiting.append(arrived)
+        if len(waiting) >= size:
+            for event in self.groups.pop(group):
+                event.set()
+        await asyncio.wait_for(arrived.wait(), 10)
 
     async def predict(self, payload, headers=None):
         params = payload.get("parameters", {})
         text, yielded = "x" * int(params.get("size", 100)), 0
+        if "together" in params:
+            await self._wait_for_group(*params["together"])
         try:
             for i in range(int(params.get("count", 1000))):
                 yield {"text_output": text, "index": i}
