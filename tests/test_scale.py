@@ -209,9 +209,11 @@ def test_grpc_answers_in_every_worker_and_dead_workers_are_replaced(start_server
         time.sleep(0.05)
     pids = _worker_pids(server)
     seen = set()
-    # A new channel (connection) each time: the kernel spreads them over the workers, but on a busy machine
-    # one worker may take many in a row, so ask until both answered (bounded).
-    for _ in range(300):
+    # A new channel (connection) each time: the workers' gRPC ports are SO_REUSEPORT, so the kernel spreads
+    # connections over the workers that have bound theirs. A worker that is still starting has not, so ask
+    # until both answered, for 30 s at most (a count would run out before a slow worker binds).
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
         client = tgrpc.InferenceServerClient(server.grpc_url)
         tensor = tgrpc.InferInput("x", [1], "FP32")
         tensor.set_data_from_numpy(np.array([0.0], np.float32))
