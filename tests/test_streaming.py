@@ -239,11 +239,12 @@ def test_streams_sent_side_by_side_share_writes_longer(start_server):
     (alone,), _, _ = _flood_chunks(one.http_port, 1, 6000)
     assert alone >= 6000 // 32
     # Side by side, a stream's writes are 5 ms apart or more, but for its first (with the headers), those
-    # that 64 KiB waiting forces, and its last: the bound follows the time the streams took, so a slow
-    # machine makes it looser, never flaky (here: 11-14 chunks in 35-55 ms, against 190-200 each turn).
+    # that 64 KiB waiting forces, its last, and the turn or two it may be alone at the end: the bound
+    # follows the time the streams took, so a slow machine loosens it instead of failing it (here: 11-14
+    # chunks in 35-55 ms against a bound of about 22; 189-190 when each turn wrote).
     side_by_side, spans, sizes = _flood_chunks(one.http_port, 2, 6000)
     for chunks, span, size in zip(side_by_side, spans, sizes):
-        most = span / CROWDED_COALESCE_SECONDS + size // COALESCE_BYTES + 3
+        most = span / CROWDED_COALESCE_SECONDS + size // COALESCE_BYTES + 5
         assert chunks <= most, (side_by_side, spans, sizes)
 
 
