@@ -214,8 +214,8 @@ def test_an_event_after_a_quiet_spell_is_sent_at_once(server):
 def _flood_chunks(port: int, streams: int, count: int) -> Tuple[List[int], List[float], List[int]]:
     """Each of ``streams`` flood streams, started side by side: how many HTTP chunks (one per flush) it
     came in, the seconds from sending the requests to its last byte, and its body's size."""
-    together = json.dumps([f"g{time.monotonic_ns()}", streams])
-    body = b'{"text_input": "", "parameters": {"count": %d, "size": 20, "together": %s}}' % (count, together.encode())
+    together = [f"g{time.monotonic_ns()}", streams]
+    body = json.dumps({"text_input": "", "parameters": {"count": count, "size": 20, "together": together}}).encode()
     started = time.monotonic()
     socks = [_posted(port, "/v2/models/flood/generate_stream", body) for _ in range(streams)]
 
