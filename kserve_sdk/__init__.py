@@ -11,7 +11,7 @@ from .model_server import ModelServer
 from .predictor_config import PredictorConfig
 from .protocol.infer_type import InferInput, InferOutput, InferRequest, InferResponse, RequestedOutput
 from .storage import Storage
-from .timeseries_model import TimeSeriesModel
+from .timeseries.model import TimeSeriesModel
 from .utils import utils
 from . import model_server
 

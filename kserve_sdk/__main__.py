@@ -2,7 +2,7 @@
 
 The script runs as ``__main__`` with ``sys.argv`` set to ``[path/to/model.py, args...]`` and its own folder
 first on ``sys.path``, as ``python path/to/model.py`` would run it, except that ``kserve`` and
-``kserve.*`` imports resolve to ``kserve_sdk`` (see :mod:`kserve_sdk.import_alias`).
+``kserve.*`` imports resolve to ``kserve_sdk`` (see :mod:`kserve_sdk.server.import_alias`).
 ``python -m kserve_sdk -m package.module [args...]`` runs a module the same way.
 """
 import os
@@ -10,7 +10,7 @@ import runpy
 import sys
 from typing import List
 
-from .import_alias import install
+from .server.import_alias import install
 
 USAGE = """usage: python -m kserve_sdk path/to/model.py [args...]
        python -m kserve_sdk -m package.module [args...]

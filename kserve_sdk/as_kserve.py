@@ -4,6 +4,6 @@ From that line on, in this process, ``import kserve`` gives ``kserve_sdk`` and `
 ``kserve_sdk.<x>`` (the same module objects, not copies), even when the real KServe is installed too.
 ``python -m kserve_sdk script.py`` does the same without editing the script. See docs/kserve-compat.md.
 """
-from .import_alias import install
+from .server.import_alias import install
 
 install()

@@ -12,17 +12,18 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional
 
 import numpy as np
 
-from . import executor, log_settings, statistics, tracing
+from . import executor, tracing
+from .triton import log_settings, statistics
 from .counted_stream import CountedStream
 from .errors import (DeadlineExceeded, InferenceError, InvalidInput, ModelNotFound, ModelNotReady, ServerBusy,
                      ServerNotReady, model_error)
 from .lifecycle import Call, Timings, detached_timings, model_call_finished
 from .model import InferenceModel, InferenceVerb, Model
-from .model_config import triton_config
+from .triton.model_config import triton_config
 from .model_repository import ModelRepository
 from .protocol.infer_type import InferRequest, InferResponse
 from .protocol.tensor import DataDoesNotFit, Tensor, in_shared_memory
-from .shared_memory import SharedMemoryRegistry, uses_shared_memory
+from .triton.shared_memory import SharedMemoryRegistry, uses_shared_memory
 from .tracing.settings import validated as validated_trace_settings
 from .utils.utils import get_predict_response
 
@@ -240,7 +241,7 @@ class DataPlane:
         }
 
     async def model_config(self, name: str, version: Optional[str] = None) -> Dict[str, Any]:
-        """Triton's model configuration of the named model (see :mod:`kserve_sdk.model_config`)."""
+        """Triton's model configuration of the named model (see :mod:`kserve_sdk.triton.model_config`)."""
         model = self.get_model(name)
         return triton_config(name, await _maybe_await(model.get_input_types()),
                              await _maybe_await(model.get_output_types()), getattr(model, "max_batch_size", None),
@@ -249,7 +250,7 @@ class DataPlane:
     # --- Triton's logging extension -----------------------------------------------------------------
     @staticmethod
     def log_settings() -> Dict[str, Any]:
-        """The log settings in force (see :mod:`kserve_sdk.log_settings`)."""
+        """The log settings in force (see :mod:`kserve_sdk.triton.log_settings`)."""
         return log_settings.current()
 
     async def update_log_settings(self, changes: Any) -> Dict[str, Any]:

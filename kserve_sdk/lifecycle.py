@@ -26,7 +26,8 @@ import time
 from random import getrandbits
 from typing import Any, Callable, Dict, NamedTuple, Optional
 
-from . import metrics, statistics, tracing
+from . import metrics, tracing
+from .triton import statistics
 from .errors import grpc_code_of, status_of
 from .logging import log_info_fast, logger, trace_logger
 _perf = time.perf_counter

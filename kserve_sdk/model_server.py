@@ -30,10 +30,10 @@ from .logging import configure_logging, flush_pending, logger
 from .model import BaseKServeModel
 from .model_repository import ModelRepository
 from .predictor_config import PredictorConfig
-from .startup import StartupFailure, bind_failure, check_port_free, warn_near_misses
+from .server.startup import StartupFailure, bind_failure, check_port_free, warn_near_misses
 from .storage import StorageError, resolve_model_dir
 from .storage import is_local as is_local_storage
-from .tls import CertificatePair, TLSError
+from .server.tls import CertificatePair, TLSError
 from .utils.utils import cpu_count, strtobool
 
 parser = ExactOneDashParser(add_help=False, allow_abbrev=False,
@@ -265,7 +265,7 @@ class ModelServer:
                 import shutil
                 import tempfile
 
-                from .workers import Supervisor
+                from .server.workers import Supervisor
 
                 sockets = self._bind_http()
                 control_dir = tempfile.mkdtemp(prefix="kserve-sdk-control-")
@@ -358,7 +358,7 @@ class ModelServer:
         """With workers: replay the changes made so far (model loads, shared-memory regions), apply
         siblings' changes when signalled, and pass this worker's changes on (waiting until every worker
         has them)."""
-        from .workers import ControlChannel
+        from .server.workers import ControlChannel
 
         channel, lock = ControlChannel(control_dir), asyncio.Lock()
 

@@ -235,7 +235,7 @@ def test_regions_reach_every_worker(start_server, regions):
 
 def test_inputs_are_read_only_views_of_the_region(regions):
     from kserve_sdk.protocol.infer_type import InferInput, InferRequest
-    from kserve_sdk.shared_memory import SharedMemoryRegistry
+    from kserve_sdk.triton.shared_memory import SharedMemoryRegistry
 
     data = _values(4)
     shm.set_shared_memory_region(regions("ro", data.nbytes), [data])

@@ -71,7 +71,7 @@ def test_a_flag_the_script_defines_is_no_near_miss():
         import argparse
         from kserve_sdk import model_server
         from kserve_sdk.logging import configure_logging
-        from kserve_sdk.startup import warn_near_misses
+        from kserve_sdk.server.startup import warn_near_misses
         parser = argparse.ArgumentParser(parents=[model_server.parser])
         parser.add_argument("--batch_max_latency_ms", type=float)
         configure_logging(None)
@@ -84,7 +84,7 @@ def test_a_flag_the_script_defines_is_no_near_miss():
 
 
 def test_near_misses_leave_far_flags_and_values_alone():
-    from kserve_sdk.startup import near_misses
+    from kserve_sdk.server.startup import near_misses
 
     ours = ["--http_port", "--grpc_port", "--model_name", "--event-loop"]
     given = ["--htpp_port", "8080", "-grcp_port=1", "--threshold", "0.5", "-5", "--event_loop", "--", "-m"]
@@ -93,6 +93,6 @@ def test_near_misses_leave_far_flags_and_values_alone():
 
 
 def test_port_probe_accepts_a_free_port():
-    from kserve_sdk.startup import check_port_free
+    from kserve_sdk.server.startup import check_port_free
 
     check_port_free("--grpc_port", free_port())

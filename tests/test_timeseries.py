@@ -241,7 +241,7 @@ def _loaded_v1(plain, names):
 
 def test_a_plain_v1_v2_server_never_imports_pydantic(start_server):
     plain = start_server("tests/models/modules.py")
-    names = ["pydantic", "kserve_sdk.timeseries_model", "kserve_sdk.timeseries"]
+    names = ["pydantic", "kserve_sdk.timeseries.model", "kserve_sdk.timeseries.dataplane"]
     v2 = {"inputs": [{"name": "NAMES", "shape": [1], "datatype": "BYTES", "data": ["pydantic"]}]}
     status, _, body = post_json(plain.http_port, "/v2/models/modules/infer", v2)
     assert status == 200 and body["outputs"][0]["data"] == [False], body
@@ -253,8 +253,8 @@ def test_a_plain_v1_v2_server_never_imports_pydantic(start_server):
     finally:
         client.close()
     assert request(plain.http_port, "GET", TIMESERIES_MODELS)[2] == b"[]"  # listing needs no pydantic either
-    assert _loaded_v1(plain, names) == {"pydantic": False, "kserve_sdk.timeseries_model": True,
-                                        "kserve_sdk.timeseries": False}
+    assert _loaded_v1(plain, names) == {"pydantic": False, "kserve_sdk.timeseries.model": True,
+                                        "kserve_sdk.timeseries.dataplane": False}
     # the first forecast request loads the types (and is answered: no such model)
     assert post(plain, forecast_body("modules"))[0] == 404
     assert _loaded_v1(plain, names)["pydantic"] is True

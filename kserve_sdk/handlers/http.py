@@ -9,7 +9,9 @@ from tornado.web import Application
 from ..dataplane import DataPlane
 from ..errors import PayloadTooLarge
 from ..internals.tornado_buffer import body_already_buffered
-from . import docs, openai, streaming, timeseries, v1, v2
+from ..openai import api as openai
+from ..timeseries import api as timeseries
+from . import docs, streaming, v1, v2
 from .access_log import RequestLog
 from .base import LiveHandler, MetricsHandler, NotFoundHandler, lowercase_headers
 from .fast_path import FastPath

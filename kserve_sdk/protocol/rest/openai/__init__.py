@@ -10,12 +10,12 @@ from typing import Any
 
 #: name -> the module (relative to the kserve_sdk package) that defines it
 _WHERE = {
-    "OpenAIModel": ".openai_model",
-    "OpenAIGenerativeModel": ".openai_model",
-    "OpenAIEncoderModel": ".openai_model",
-    "OpenAIChatAdapterModel": ".openai_chat_adapter",
-    "ChatPrompt": ".openai_chat_adapter",
-    "OpenAIProxyModel": ".protocol.rest.openai.proxy",
+    "OpenAIModel": ".openai.model",
+    "OpenAIGenerativeModel": ".openai.model",
+    "OpenAIEncoderModel": ".openai.model",
+    "OpenAIChatAdapterModel": ".openai.chat_adapter",
+    "ChatPrompt": ".openai.chat_adapter",
+    "OpenAIProxyModel": ".openai.proxy",
     "CompletionRequest": ".protocol.rest.openai.types",
     "ChatCompletionRequest": ".protocol.rest.openai.types",
     "ChatCompletionMessageParam": ".protocol.rest.openai.types",

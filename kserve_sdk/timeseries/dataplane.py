@@ -1,18 +1,18 @@
 """Forecast calls below the HTTP adapter: find the forecasting model, call its ``forecast``, and bring what
-it answered to a ForecastResponse or an ErrorResponse (handlers/timeseries.py encodes it).
+it answered to a ForecastResponse or an ErrorResponse (timeseries/api.py encodes it).
 
-This module imports pydantic (through the types): handlers/timeseries.py imports it at the first forecast.
+This module imports pydantic (through the types): timeseries/api.py imports it at the first forecast.
 """
 from typing import Any, Dict, Union
 
 from pydantic import ValidationError
 
-from .dataplane import DataPlane
-from .errors import InferenceError, ModelNotFound, naming_the_model
-from .protocol.rest.timeseries.codec import describe_validation_error
-from .protocol.rest.timeseries.error import TimeSeriesError, create_error_response
-from .protocol.rest.timeseries.types import ErrorResponse, ForecastRequest, ForecastResponse
-from .timeseries_model import is_forecasting_model
+from ..dataplane import DataPlane
+from ..errors import InferenceError, ModelNotFound, naming_the_model
+from ..protocol.rest.timeseries.codec import describe_validation_error
+from ..protocol.rest.timeseries.error import TimeSeriesError, create_error_response
+from ..protocol.rest.timeseries.types import ErrorResponse, ForecastRequest, ForecastResponse
+from .model import is_forecasting_model
 
 
 class NotAForecastingModel(ModelNotFound):

@@ -9,12 +9,12 @@ from time import perf_counter
 from typing import Any, Dict, List, Optional
 from weakref import WeakKeyDictionary
 
-from . import metrics
-from .dataplane import DataPlane
-from .errors import InvalidInput, ModelNotFound, naming_the_model
-from .lifecycle import Call
-from .model_repository import ModelRepository
-from .openai_model import OpenAIEncoderModel, OpenAIGenerativeModel, OpenAIModel
+from .. import metrics
+from ..dataplane import DataPlane
+from ..errors import InvalidInput, ModelNotFound, naming_the_model
+from ..lifecycle import Call
+from ..model_repository import ModelRepository
+from .model import OpenAIEncoderModel, OpenAIGenerativeModel, OpenAIModel
 
 
 class OpenAIAPI:
@@ -31,7 +31,7 @@ class OpenAIAPI:
     def load(cls) -> "type[OpenAIAPI]":
         """This class, its modules imported."""
         if cls.codec is None:
-            from .protocol.rest.openai import codec, errors, raw_request, types
+            from ..protocol.rest.openai import codec, errors, raw_request, types
 
             cls.errors, cls.raw_request, cls.types = errors, raw_request, types
             cls.codec = codec  # last: the others are set once this is

@@ -14,7 +14,7 @@ import os
 import ssl
 from typing import Optional, Tuple
 
-from .logging import logger
+from ..logging import logger
 
 POLL_SECONDS = 1.0
 

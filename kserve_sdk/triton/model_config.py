@@ -2,7 +2,7 @@
 ``ModelConfig`` (model_config.proto), as JSON field names; gRPC parses the same dict into the message."""
 from typing import Any, Dict, List, Optional
 
-from .errors import InferenceError
+from ..errors import InferenceError
 
 #: The platform and backend a configuration names.
 PLATFORM = "kserve_sdk"

@@ -15,11 +15,11 @@ from tornado.web import HTTPError
 
 from ..dataplane import encoded
 from ..errors import ModelNotFound
-from ..openai_dataplane import (OpenAIAPI, not_an_openai_model, openai_call, openai_models, resolve_model_name,
+from .dataplane import (OpenAIAPI, not_an_openai_model, openai_call, openai_models, resolve_model_name,
                                 serves_openai)
 from ..protocol.rest.openai import error_body  # no pydantic: a plain server's 404s are written with it
-from .base import cancel_on_disconnect
-from .streaming import StreamingHandler, sse_event
+from ..handlers.base import cancel_on_disconnect
+from ..handlers.streaming import StreamingHandler, sse_event
 
 _STARTED = int(time.time())
 

@@ -22,12 +22,12 @@ from typing import Any, AsyncIterator, Dict, Optional, Type, Union
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from ....clients.upstream import UpstreamClient
-from ....errors import UpstreamError
-from ....openai_model import OpenAIGenerativeModel
-from ..timeseries.codec import describe_validation_error
-from .errors import OpenAIError, create_error_response
-from .types import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Completion, CompletionChunk,
+from ..clients.upstream import UpstreamClient
+from ..errors import UpstreamError
+from .model import OpenAIGenerativeModel
+from ..protocol.rest.timeseries.codec import describe_validation_error
+from ..protocol.rest.openai.errors import OpenAIError, create_error_response
+from ..protocol.rest.openai.types import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Completion, CompletionChunk,
                     CompletionRequest, ErrorResponse)
 
 COMPLETIONS_ENDPOINT = "/v1/completions"

@@ -8,8 +8,8 @@ settings through it.
 import logging
 from typing import Any, Dict, Optional
 
-from .errors import InvalidInput
-from .logging import ACCESS_LOGGER_NAME, KSERVE_LOGGER_NAME, KSERVE_TRACE_LOGGER_NAME, Formatter, logger
+from ..errors import InvalidInput
+from ..logging import ACCESS_LOGGER_NAME, KSERVE_LOGGER_NAME, KSERVE_TRACE_LOGGER_NAME, Formatter, logger
 
 #: The settings, in the order Triton answers them.
 SETTINGS = ("log_file", "log_info", "log_warning", "log_error", "log_verbose_level", "log_format")

@@ -10,10 +10,10 @@ from typing import Any, AsyncIterator, Dict, List, Optional, Union
 from orjson import loads as orjson_loads
 from pydantic import BaseModel
 
-from .errors import InvalidInput
-from .openai_model import OpenAIGenerativeModel
-from .protocol.rest.openai.raw_request import RawRequest
-from .protocol.rest.openai.types import (ChatCompletion, ChatCompletionChoice, ChatCompletionChunk,
+from ..errors import InvalidInput
+from .model import OpenAIGenerativeModel
+from ..protocol.rest.openai.raw_request import RawRequest
+from ..protocol.rest.openai.types import (ChatCompletion, ChatCompletionChoice, ChatCompletionChunk,
                                          ChatCompletionLogProb, ChatCompletionLogProbs, ChatCompletionLogProbsContent,
                                          ChatCompletionRequest, ChatMessage, ChoiceDelta, ChunkChoice, Completion,
                                          CompletionChoice, CompletionChunk, CompletionChunkChoice, CompletionLogProbs,

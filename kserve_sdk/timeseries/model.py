@@ -8,11 +8,11 @@ import inspect
 from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
-from .model import BaseKServeModel
-from .model_repository import ModelRepository
+from ..model import BaseKServeModel
+from ..model_repository import ModelRepository
 
 if TYPE_CHECKING:
-    from .protocol.rest.timeseries.types import ErrorResponse, ForecastRequest, ForecastResponse
+    from ..protocol.rest.timeseries.types import ErrorResponse, ForecastRequest, ForecastResponse
 
 
 class TimeSeriesModel(BaseKServeModel):

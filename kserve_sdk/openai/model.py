@@ -8,11 +8,11 @@ module does not import, so that a server which serves no OpenAI model never load
 from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Optional, Union
 
-from .model import BaseKServeModel
+from ..model import BaseKServeModel
 
 if TYPE_CHECKING:
-    from .protocol.rest.openai.raw_request import RawRequest
-    from .protocol.rest.openai.types import (ChatCompletion, ChatCompletionRequest, Completion, CompletionRequest,
+    from ..protocol.rest.openai.raw_request import RawRequest
+    from ..protocol.rest.openai.types import (ChatCompletion, ChatCompletionRequest, Completion, CompletionRequest,
                                              Embedding, EmbeddingRequest, ErrorResponse, Rerank, RerankRequest)
 
 

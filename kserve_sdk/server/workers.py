@@ -12,8 +12,8 @@ import signal
 import time
 from typing import Callable, Dict
 
-from . import metrics
-from .logging import logger
+from .. import metrics
+from ..logging import logger
 
 _QUICK_EXIT_S = 2.0  # a worker that dies sooner than this after starting is failing at start-up
 _MAX_QUICK_EXITS = 5

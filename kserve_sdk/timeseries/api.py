@@ -2,8 +2,8 @@
 ``model`` picks the model) and ``GET /v1/timeseries/models``."""
 from typing import List, Tuple
 
-from ..timeseries_model import forecasting_model_names
-from .base import BaseHandler, cancel_on_disconnect
+from .model import forecasting_model_names
+from ..handlers.base import BaseHandler, cancel_on_disconnect
 
 
 class ForecastHandler(BaseHandler):
@@ -15,7 +15,7 @@ class ForecastHandler(BaseHandler):
     async def post(self) -> None:
         # Imported here: the types need pydantic, which a server that never forecasts should not load.
         from ..protocol.rest.timeseries.codec import decode_forecast_request, encode_forecast_result
-        from ..timeseries import forecast
+        from .dataplane import forecast
 
         request = decode_forecast_request(self.request.body)
         self.open_call().model_name = request.model  # the body names the model: metrics and the access log too

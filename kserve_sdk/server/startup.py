@@ -9,7 +9,7 @@ import socket
 from argparse import ArgumentParser
 from typing import Iterable, List, Set, Tuple
 
-from .logging import logger
+from ..logging import logger
 
 
 class StartupFailure(Exception):

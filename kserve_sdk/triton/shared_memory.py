@@ -12,10 +12,10 @@ import mmap
 import os
 from typing import Dict, List, Union
 
-from .errors import InvalidInput, ModelNotFound, SharedMemoryForbidden
-from .protocol.infer_type import InferOutput, InferRequest, InferResponse
-from .protocol.tensor import SHM_REGION as REGION
-from .protocol.tensor import expected_nbytes, in_shared_memory
+from ..errors import InvalidInput, ModelNotFound, SharedMemoryForbidden
+from ..protocol.infer_type import InferOutput, InferRequest, InferResponse
+from ..protocol.tensor import SHM_REGION as REGION
+from ..protocol.tensor import expected_nbytes, in_shared_memory
 
 BYTE_SIZE = "shared_memory_byte_size"
 OFFSET = "shared_memory_offset"
