@@ -8,23 +8,22 @@ import asyncio
 import functools
 import inspect
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Tuple
+from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import executor, tracing
-from .triton import log_settings, statistics
-from .counted_stream import CountedStream
-from .errors import (DeadlineExceeded, InferenceError, InvalidInput, ModelNotFound, ModelNotReady, ServerBusy,
-                     ServerNotReady, model_error)
-from .lifecycle import Call, Timings, detached_timings, model_call_finished
+from . import tracing
+from .errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, ServerBusy, ServerNotReady
+from .lifecycle import Call, Timings, timings_of
 from .model import InferenceModel, InferenceVerb, Model
-from .triton.model_config import triton_config
+from .model_call import CountedStream, Deadline, ModelCall
 from .model_repository import ModelRepository
 from .protocol.infer_type import InferRequest, InferResponse
 from .protocol.tensor import DataDoesNotFit, Tensor, in_shared_memory
-from .triton.shared_memory import SharedMemoryRegistry, uses_shared_memory
 from .tracing.settings import validated as validated_trace_settings
+from .triton import log_settings, statistics
+from .triton.model_config import triton_config
+from .triton.shared_memory import SharedMemoryRegistry, uses_shared_memory
 from .utils.utils import get_predict_response
 
 try:
@@ -71,8 +70,8 @@ async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-@functools.lru_cache(maxsize=None)
-def _is_pipeline_model(cls: type) -> bool:
+@functools.cache
+def _is_pipeline_model(cls: Any) -> bool:
     """Whether a model class is a Model (whose run_pipeline gives stage timings); remembered per class,
     because issubclass against an abstract base class is slow."""
     return issubclass(cls, Model)
@@ -85,7 +84,7 @@ def not_a_v2_response(model_name: str, response: Any) -> InferenceError:
                           "an InferResponse (kserve_sdk.utils.utils.get_predict_response builds one) or arrays")
 
 
-def encoded(model_name: str, encode: Callable[..., Any], *args: Any) -> Any:
+def encode_model_answer(model_name: str, encode: Callable[..., Any], *args: Any) -> Any:
     """``encode(*args)`` (a protocol's encoder of an answer), where an answer the model built that cannot be
     written is the model's fault (HTTP 500, gRPC INTERNAL); an InvalidInput (a requested output the model
     does not have) stays the client's."""
@@ -163,7 +162,7 @@ class DataPlane:
         self._idle = asyncio.Event()
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 
@@ -209,8 +208,9 @@ class DataPlane:
         """Names of the registered models."""
         return list(self._model_registry.get_models())
 
-    def get_model(self, name: str) -> InferenceModel:
-        """The model registered as ``name``; ModelNotFound if there is none."""
+    def get_model(self, name: str) -> Any:
+        """The model registered as ``name`` (an :class:`~kserve_sdk.model.InferenceModel`); ModelNotFound if
+        there is none."""
         model = self._model_registry.get_model(name)
         if model is None:
             check_model_name(name)
@@ -292,7 +292,8 @@ class DataPlane:
     # infer and explain hand back _call's coroutine rather than awaiting it in one of their own: one
     # coroutine less per call, and ``await dataplane.infer(...)`` reads the same.
     def infer(self, model_name: str, request: Any, headers: Optional[Dict[str, str]] = None,
-              model: Optional[InferenceModel] = None, call: Optional[Call] = None) -> Awaitable[Tuple[Any, Dict[str, str]]]:
+              model: Optional[InferenceModel] = None, call: Optional[Call] = None
+              ) -> Awaitable[Tuple[Any, Dict[str, str]]]:
         """Run a predict call (await it): ``request`` is a dict (v1) or an InferRequest (v2).
 
         Returns ``(response, response_headers)``. For v2, the response is an InferResponse carrying the
@@ -303,7 +304,8 @@ class DataPlane:
         return self._call(model_name, request, headers, InferenceVerb.PREDICT, model, call)
 
     def explain(self, model_name: str, request: Any, headers: Optional[Dict[str, str]] = None,
-                model: Optional[InferenceModel] = None, call: Optional[Call] = None) -> Awaitable[Tuple[Any, Dict[str, str]]]:
+                model: Optional[InferenceModel] = None, call: Optional[Call] = None
+                ) -> Awaitable[Tuple[Any, Dict[str, str]]]:
         """Run an explain call (await it); same shapes as :meth:`infer`."""
         return self._call(model_name, request, headers, InferenceVerb.EXPLAIN, model, call)
 
@@ -313,57 +315,43 @@ class DataPlane:
         if model is None:
             model = await self.ready_model(model_name)
         headers = {} if headers is None else headers
-        timings = detached_timings(call)
-        timeout, source = self.request_timeout_seconds, "--request_timeout_seconds"
+        timings = timings_of(call)
+        deadline = self.deadline(request)
         v2 = isinstance(request, InferRequest)
-        if v2 and request.parameters:
-            asked = _timeout_parameter(request)
-            if asked is not None and (timeout is None or asked < timeout):
-                timeout, source = asked, "the request's timeout parameter"
         shm = v2 and uses_shared_memory(request)
         if shm:
             self.shared_memory.read_inputs(request)
-        self.begin_request(model_name)
-        start = time.perf_counter_ns()
-        try:
-            if timeout is None:  # the common case: no deadline, no timer
-                response, response_headers = await self._run_model(model, request, headers, verb, timings)
-            else:
-                response, response_headers = await self._run_with_deadline(
-                    model, model_name, request, headers, verb, timings, timeout, source)
-        except BaseException as e:
-            model_call_finished(model_name, timings, time.perf_counter_ns() - start, False)
-            error = model_error(model_name, e)
-            if error is None:
-                raise
-            raise error from e
-        finally:
-            self.end_request(model_name)
-        model_call_finished(model_name, timings, time.perf_counter_ns() - start, True, headers,
-                            self.enable_latency_logging)
+        model_call = ModelCall(self, model_name, timings, headers)
+        response, response_headers = await model_call.run(self._run_model(model, request, headers, verb, timings),
+                                                          deadline)
         if v2:
             response = self._as_v2_response(model_name, request, response)
             if shm and isinstance(response, InferResponse):
                 self.shared_memory.write_outputs(request, response)
         return response, response_headers or {}
 
-    async def _run_with_deadline(self, model: Any, model_name: str, request: Any, headers: Dict[str, str],
-                                 verb: InferenceVerb, timings: Timings, timeout: float, source: str):
-        no_inline = executor.no_inline.set(True)  # sync stages stay on threads, where a deadline can leave them
-        try:
-            async with asyncio.timeout(timeout) as deadline:
-                return await self._run_model(model, request, headers, verb, timings)
-        except TimeoutError:
-            if deadline.expired():
-                raise DeadlineExceeded(model_name, timeout, source) from None
-            raise
-        finally:
-            executor.no_inline.reset(no_inline)
+    def deadline(self, request: Any = None) -> Optional[Deadline]:
+        """The deadline of a model call starting now: ``--request_timeout_seconds``, or a v2 request's
+        ``timeout`` parameter (microseconds, as Triton reads it) when that is shorter; None when neither."""
+        timeout, source = self.request_timeout_seconds, "--request_timeout_seconds"
+        if isinstance(request, InferRequest) and request.parameters:
+            asked = _timeout_parameter(request)
+            if asked is not None and (timeout is None or asked < timeout):
+                timeout, source = asked, "the request's timeout parameter"
+        return None if timeout is None else Deadline.after(timeout, source)
+
+    def model_call(self, model_name: str, call: Optional[Call], headers: Optional[Dict[str, str]] = None
+                   ) -> ModelCall:
+        """Begin one call of the model (see :mod:`kserve_sdk.model_call`): refused while draining or at
+        ``--max_concurrent_requests``; ``call`` is the protocol's :class:`~kserve_sdk.lifecycle.Call`."""
+        if headers is None:
+            headers = call.headers if call is not None else {}
+        return ModelCall(self, model_name, timings_of(call), headers)
 
     @staticmethod
     def _run_model(model: Any, request: Any, headers: Dict[str, str], verb: InferenceVerb,
                    timings: Timings) -> Awaitable[Tuple[Any, Dict[str, str]]]:
-        if _is_pipeline_model(type(model)):
+        if _is_pipeline_model(type(model)):  # type: ignore[arg-type]  # mypy: type[Any] is not Hashable
             return model.run_pipeline(request, headers, verb, timings)  # its coroutine, not one more around it
         return DataPlane._run_callable(model, request, headers, verb, timings)
 
@@ -383,25 +371,26 @@ class DataPlane:
         closed at once when the caller stops iterating (a client that went away). ``call`` is the
         adapter's :class:`~kserve_sdk.lifecycle.Call` (its protocol names the stream in metrics).
         """
-        model = await self.ready_model(model_name)
+        model: Any = await self.ready_model(model_name)
         if isinstance(request, InferRequest) and uses_shared_memory(request):
             self.shared_memory.read_inputs(request)
             if any(in_shared_memory(wanted) for wanted in request.request_outputs or ()):
                 raise InvalidInput("streamed responses cannot be written to shared memory: request the outputs "
                                    "without shared_memory_region")
         response_headers = {} if response_headers is None else response_headers
-        timings = detached_timings(call)
+        timings = timings_of(call)
         # a Model, or another InferenceModel with Model.stream's signature (kserve_sdk.ray.RayModel), streams
         streams = callable(getattr(model, "stream", None))
         items = model.stream(request, headers, response_headers, timings) if streams else None
         protocol = call.protocol if call is not None else protocol
-        async for item in self.counted_stream(model_name, items, headers, protocol, timings, model, request):
+        async for item in self.counted_stream(model_name, items, headers, protocol, timings, model, request,
+                                              deadline=self.deadline(request)):
             yield self._as_v2_response(model_name, request, item) if isinstance(request, InferRequest) else item
 
     async def stream_in(self, model_name: str, requests: AsyncIterator[Any], headers: Dict[str, str],
                         protocol: str = "", call: Optional[Call] = None) -> AsyncIterator[Any]:
         """A stream of requests in, through the model's ``predict_stream``, responses out."""
-        model = await self.ready_model(model_name)
+        model: Any = await self.ready_model(model_name)
         seen: List[Any] = [None]
 
         async def remembered():  # answers take their output choices from the latest request consumed
@@ -411,28 +400,21 @@ class DataPlane:
 
         items = model.stream_in(remembered(), headers)
         protocol = call.protocol if call is not None else protocol
-        async for item in self.counted_stream(model_name, items, headers, protocol, detached_timings(call)):
+        async for item in self.counted_stream(model_name, items, headers, protocol, timings_of(call),
+                                              deadline=self.deadline()):
             yield self._as_v2_response(model_name, seen[0], item) if isinstance(seen[0], InferRequest) else item
 
-    def counted_stream(self, model_name: str, items: Optional[AsyncIterator[Any]], headers: Dict[str, str],
+    def counted_stream(self, model_name: str, items: Optional[AsyncGenerator[Any, None]], headers: Dict[str, str],
                        protocol: str, timings: Timings, model: Any = None, request: Any = None,
-                       watch: Optional[Any] = None) -> CountedStream:
-        """A model's stream of answers inside the call's accounting (:class:`~.counted_stream.CountedStream`:
-        iterate it, or ``pump`` it): in flight while it runs, then stream metrics, statistics and the
-        latency line. ``items`` None: ``model(request)`` answers once. ``watch`` (a protocol's own
-        per-chunk metrics) has ``seen(item)`` called for each answer and ``ended()`` once the stream is
-        over, in the stream's own loop rather than in a generator around it."""
-        return CountedStream(self, model_name, items, headers, protocol, timings, model, request, watch)
-
-    def execution_finished(self, model_name: str, timings: Timings, start: float, ok: bool,
-                           headers: Dict[str, str]) -> None:
-        """One execution of a model outside the pipeline (a stream, an OpenAI method) that began at
-        ``start`` (``time.perf_counter()``) has ended: statistics, stage histograms, the latency line;
-        its whole time is its ``predict_ms`` unless a stage recorded one."""
-        elapsed = time.perf_counter() - start
-        timings.executions += 1
-        timings.setdefault("predict_ms", elapsed * 1000)
-        model_call_finished(model_name, timings, int(elapsed * 1e9), ok, headers, self.enable_latency_logging)
+                       watch: Optional[Any] = None, deadline: Optional[Deadline] = None,
+                       begun: Optional[ModelCall] = None) -> CountedStream:
+        """A model's stream of answers as one model call (:class:`~kserve_sdk.model_call.CountedStream`:
+        iterate it, or ``pump`` it). ``items`` None: ``model(request)`` answers once. ``watch`` (a protocol's
+        own per-chunk metrics) has ``seen(item)`` called for each answer and ``ended()`` once the stream is
+        over; ``deadline`` bounds the wait for the first answer; ``begun``: the model call the stream
+        continues (a method that returned the stream)."""
+        return CountedStream(self, model_name, items, headers, protocol, timings, model, request, watch, deadline,
+                             begun)
 
     @staticmethod
     def _as_v2_response(model_name: str, request: InferRequest, response: Any) -> Any:

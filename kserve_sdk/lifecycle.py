@@ -27,9 +27,10 @@ from random import getrandbits
 from typing import Any, Callable, Dict, NamedTuple, Optional
 
 from . import metrics, tracing
-from .triton import statistics
 from .errors import grpc_code_of, status_of
 from .logging import log_info_fast, logger, trace_logger
+from .triton import statistics
+
 _perf = time.perf_counter
 
 
@@ -46,6 +47,9 @@ class Timings(dict):
     # Set by tracing on a sampled call; then the pipeline notes when it starts ("started"), the batcher the
     # batch's size ("batch_size") and a stream its responses ("chunks"), for the call's spans.
     traced = False
+    started: float
+    batch_size: int
+    chunks: int
 
 
 def _new_prefix() -> str:
@@ -54,7 +58,7 @@ def _new_prefix() -> str:
 
 
 # Minted request ids: version-4 UUIDs whose first 18 hex digits are random per process and whose last 12
-# count. Unique (ids need that, not secrecy) at a third of the cost of 128 fresh random bits each.
+# count. Unique (ids need that, not secrecy) for less than 128 fresh random bits each (docs/performance.md).
 _prefix = _new_prefix()
 _serial = itertools.count(getrandbits(24))
 
@@ -115,7 +119,7 @@ class Call:
     """
 
     __slots__ = ("protocol", "endpoint", "model_name", "headers", "request_id", "timings", "started", "gone",
-                 "_label", "duration", "_task", "span")
+                 "_label", "_label_name", "duration", "_task", "span")
 
     def __init__(self, protocol: str, endpoint: str, headers: Optional[Dict[str, str]] = None,
                  model_name: Optional[str] = None, label: Callable[[Optional[str]], str] = lambda name: ""):
@@ -158,7 +162,7 @@ class Call:
         if self.duration is not None:
             return
         self.duration = duration = _perf() - self.started
-        self._label = label = self._label(self.model_name)  # from now on the label itself
+        self._label_name = label = self._label(self.model_name)  # from now on the label itself
         metrics.request_finished(label, self.protocol, self.endpoint, status, duration)
         if self.span is not None and tracing.spans is not None:
             tracing.spans.end_call(self, status)
@@ -166,7 +170,7 @@ class Call:
     @property
     def model_label(self) -> str:
         """The model name as metrics and the access log name it: registered models only."""
-        return self._label if self.duration is not None else self._label(self.model_name)
+        return self._label_name if self.duration is not None else self._label(self.model_name)
 
 
 def model_call_finished(model_name: str, timings: Timings, total_ns: int, ok: bool,
@@ -180,11 +184,12 @@ def model_call_finished(model_name: str, timings: Timings, total_ns: int, ok: bo
     metrics.observe_stages(model_name, timings)
     if latency_line and timings and trace_logger.isEnabledFor(logging.INFO):
         log_info_fast(
-            trace_logger, "requestId: %s, preprocess_ms: %.3f, explain_ms: %.3f, predict_ms: %.3f, postprocess_ms: %.3f",
+            trace_logger,
+            "requestId: %s, preprocess_ms: %.3f, explain_ms: %.3f, predict_ms: %.3f, postprocess_ms: %.3f",
             ((headers or {}).get("x-request-id", "N.A."), timings.get("preprocess_ms", 0.0),
              timings.get("explain_ms", 0.0), timings.get("predict_ms", 0.0), timings.get("postprocess_ms", 0.0)))
 
 
-def detached_timings(call: Optional[Any]) -> Timings:
+def timings_of(call: Optional[Any]) -> Timings:
     """The call's timings record, or a fresh one for a data-plane call made without a Call (user code)."""
     return call.timings if call is not None else Timings()

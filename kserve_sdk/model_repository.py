@@ -13,6 +13,9 @@ class ModelRepository:
     Subclass it and override ``load(name)`` to load models on demand from ``models_dir``.
     """
 
+    #: Bumped by ``update`` and ``unload``: what a cache of facts about the served models compares.
+    generation = 0
+
     def __init__(self, models_dir: str = MODEL_MOUNT_DIRS):
         self.models: Dict[str, BaseKServeModel] = {}
         self.models_dir = models_dir
@@ -46,6 +49,7 @@ class ModelRepository:
         """Register ``model`` under ``name`` (default: its own name), replacing any model of that name."""
         self.models[name or model.name] = model
         self.states.pop(name or model.name, None)
+        self.generation += 1
 
     async def index(self) -> List[Dict[str, str]]:
         """Every model known to the repository: ``{"name", "state", "reason"?}``, state READY,
@@ -73,6 +77,7 @@ class ModelRepository:
         model = self.models.pop(name, None)
         if model is None:
             raise ModelNotFound(name)
+        self.generation += 1
         model.stop()
         if model.engine:
             model.stop_engine()

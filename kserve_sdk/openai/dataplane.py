@@ -6,12 +6,12 @@ Nothing here imports pydantic until an OpenAI call comes (``OpenAIAPI``): the re
 and answers are only looked at for ``usage``.
 """
 from time import perf_counter
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 from weakref import WeakKeyDictionary
 
 from .. import metrics
 from ..dataplane import DataPlane
-from ..errors import InvalidInput, ModelNotFound, naming_the_model
+from ..errors import InvalidInput, ModelNotFound
 from ..lifecycle import Call
 from ..model_repository import ModelRepository
 from .model import OpenAIEncoderModel, OpenAIGenerativeModel, OpenAIModel
@@ -20,7 +20,7 @@ from .model import OpenAIEncoderModel, OpenAIGenerativeModel, OpenAIModel
 class OpenAIAPI:
     """The OpenAI codec, errors, request and response types, imported by the first OpenAI call (they import
     pydantic, which a server of no OpenAI model never loads) and kept here: an import statement run on
-    every request costs a few microseconds each time."""
+    every request is not free (docs/performance.md)."""
 
     codec: Any = None
     errors: Any = None
@@ -48,8 +48,21 @@ ENDPOINTS = {
 
 
 def openai_models(repository: ModelRepository) -> Dict[str, OpenAIModel]:
-    """The served models that speak OpenAI, by name."""
-    return {name: model for name, model in repository.get_models().items() if isinstance(model, OpenAIModel)}
+    """The served models that speak OpenAI, by name; found again only when the repository has changed
+    (its ``generation`` or its number of models), so a request without ``model`` does not look at every
+    model of a large repository."""
+    models = repository.get_models()
+    key = (repository.generation, len(models))
+    cached = _openai_models.get(repository)
+    if cached is None or cached[0] != key:
+        found = {name: model for name, model in models.items() if isinstance(model, OpenAIModel)}
+        cached = _openai_models[repository] = (key, found)
+    return cached[1]
+
+
+#: repository -> ((generation, number of models) when looked at, the OpenAI models then)
+_openai_models: "WeakKeyDictionary[ModelRepository, Tuple[Tuple[int, int], Dict[str, OpenAIModel]]]" = \
+    WeakKeyDictionary()
 
 
 #: repository -> the name of an OpenAI model it served when last asked (checked again each time)
@@ -90,7 +103,8 @@ def resolve_model_name(repository: ModelRepository, name: Optional[str]) -> str:
 
 async def openai_call(dataplane: DataPlane, endpoint: str, name: str, request: Any, raw_request: Any,
                       context: Dict[str, Any], call: Call) -> Any:
-    """Run the model's method of ``endpoint``: its answer, or a stream of its chunks (an async iterator).
+    """Run the model's method of ``endpoint`` as one model call: its answer, or a stream of its chunks (an
+    async iterator, the same model call until it ends).
 
     ModelNotFound (404) and ModelNotReady (503) as for any call; a model of the other kind is InvalidInput.
     """
@@ -100,20 +114,13 @@ async def openai_call(dataplane: DataPlane, endpoint: str, name: str, request: A
         raise not_an_openai_model(name)
     if not isinstance(model, kind):
         raise InvalidInput(f"Model {name} does not support {api}")
-    dataplane.begin_request(name)
-    start, ok, streams = perf_counter(), False, False
-    try:
-        with naming_the_model(name):
-            answer = await getattr(model, method_name)(request, raw_request=raw_request, context=context)
-        streams = hasattr(answer, "__aiter__")
-        ok = True
-    finally:
-        dataplane.end_request(name)
-        if not streams:
-            dataplane.execution_finished(name, call.timings, start, ok, call.headers)
-    if streams:
+    deadline = dataplane.deadline()
+    model_call = dataplane.model_call(name, call)
+    answer = await model_call.run(getattr(model, method_name)(request, raw_request=raw_request, context=context),
+                                  deadline, whole_is_one_execution=True, may_stream=True)
+    if hasattr(answer, "__aiter__"):
         return dataplane.counted_stream(name, answer, call.headers, call.protocol, call.timings,
-                                        watch=_ChunkMeter(name, call.started))
+                                        watch=_ChunkMeter(name, call.started), deadline=deadline, begun=model_call)
     metrics.llm_tokens(name, OpenAIAPI.load().codec.usage_of(answer))
     return answer
 

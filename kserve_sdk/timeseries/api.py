@@ -1,9 +1,8 @@
 """Time-series forecasting over REST, KServe's routes: ``POST /v1/timeseries/forecast`` (the body's
 ``model`` picks the model) and ``GET /v1/timeseries/models``."""
-from typing import List, Tuple
-
-from .model import forecasting_model_names
+from ..handlers.api import RestAPI
 from ..handlers.base import BaseHandler, cancel_on_disconnect
+from .model import forecasting_model_names
 
 
 class ForecastHandler(BaseHandler):
@@ -19,7 +18,8 @@ class ForecastHandler(BaseHandler):
 
         request = decode_forecast_request(self.request.body)
         self.open_call().model_name = request.model  # the body names the model: metrics and the access log too
-        status, body = encode_forecast_result(await forecast(self.dataplane, request, self.request_headers()))
+        answer = await forecast(self.dataplane, request, self.request_headers(), self.call)
+        status, body = encode_forecast_result(answer)
         self.set_status(status)
         self.send_body(body)
 
@@ -33,6 +33,6 @@ class ForecastingModelsHandler(BaseHandler):
         self.send_json(forecasting_model_names(self.dataplane.model_registry))
 
 
-def routes() -> List[Tuple[str, type]]:
-    """The route-table entries of the time-series API (always served: a model loaded later can forecast)."""
-    return [(r"/v1/timeseries/forecast", ForecastHandler), (r"/v1/timeseries/models", ForecastingModelsHandler)]
+#: The time-series API (always served: a model loaded later can forecast).
+API = RestAPI("timeseries", [(r"/v1/timeseries/forecast", ForecastHandler),
+                             (r"/v1/timeseries/models", ForecastingModelsHandler)])

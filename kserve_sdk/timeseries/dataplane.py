@@ -3,12 +3,13 @@ it answered to a ForecastResponse or an ErrorResponse (timeseries/api.py encodes
 
 This module imports pydantic (through the types): timeseries/api.py imports it at the first forecast.
 """
-from typing import Any, Dict, Union
+from typing import Any, Dict, Optional, Union
 
 from pydantic import ValidationError
 
 from ..dataplane import DataPlane
-from ..errors import InferenceError, ModelNotFound, naming_the_model
+from ..errors import InferenceError, ModelNotFound
+from ..lifecycle import Call
 from ..protocol.rest.timeseries.codec import describe_validation_error
 from ..protocol.rest.timeseries.error import TimeSeriesError, create_error_response
 from ..protocol.rest.timeseries.types import ErrorResponse, ForecastRequest, ForecastResponse
@@ -24,24 +25,27 @@ class NotAForecastingModel(ModelNotFound):
                        "(a TimeSeriesModel, or a model with an async forecast method).")
 
 
-async def forecast(dataplane: DataPlane, request: ForecastRequest, headers: Dict[str, str]
-                   ) -> Union[ForecastResponse, ErrorResponse]:
-    """Ask the model ``request.model`` for a forecast: ModelNotFound (404) when there is no such forecasting
-    model, ModelNotReady (503) when it cannot serve, a ModelError (500) when its code fails."""
+async def forecast(dataplane: DataPlane, request: ForecastRequest, headers: Dict[str, str],
+                   call: Optional[Call] = None) -> Union[ForecastResponse, ErrorResponse]:
+    """Ask the model ``request.model`` for a forecast, as one model call (``call``: the protocol's): ModelNotFound
+    (404) when there is no such forecasting model, ModelNotReady (503) when it cannot serve, a ModelError (500)
+    when its code fails, DeadlineExceeded (504) past ``--request_timeout_seconds``."""
     name = request.model
     model = await dataplane.ready_model(name)
     if not is_forecasting_model(model):
         raise NotAForecastingModel(name)
-    dataplane.begin_request(name)
-    try:
-        with naming_the_model(name):
-            try:
-                answer = await model.forecast(request, context={"headers": headers})
-            except TimeSeriesError as e:
-                answer = _error_response_of(e)
-    finally:
-        dataplane.end_request(name)
+    deadline = dataplane.deadline()
+    answer = await dataplane.model_call(name, call, headers).run(_forecast_of(model, request, headers), deadline,
+                                                                 whole_is_one_execution=True)
     return _as_forecast_result(name, answer)
+
+
+async def _forecast_of(model: Any, request: ForecastRequest, headers: Dict[str, str]) -> Any:
+    """The model's forecast, or the ErrorResponse a TimeSeriesError it raised stands for."""
+    try:
+        return await model.forecast(request, context={"headers": headers})
+    except TimeSeriesError as e:
+        return _error_response_of(e)
 
 
 def _error_response_of(exc: TimeSeriesError) -> ErrorResponse:
