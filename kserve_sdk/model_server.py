@@ -19,21 +19,35 @@ from tornado.netutil import bind_sockets
 
 from . import context, executor, metrics, tracing
 from .constants.constants import (
-    DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, DEFAULT_MAX_BODY_SIZE, KSERVE_TLS_CERT_FILE_ENV,
-    KSERVE_TLS_KEY_FILE_ENV, MAX_GRPC_MESSAGE_LENGTH,
+    DEFAULT_GRPC_PORT,
+    DEFAULT_HTTP_PORT,
+    DEFAULT_HTTPS_PORT,
+    DEFAULT_MAX_BODY_SIZE,
+    KSERVE_TLS_CERT_FILE_ENV,
+    KSERVE_TLS_KEY_FILE_ENV,
+    MAX_GRPC_MESSAGE_LENGTH,
 )
 from .dataplane import DataPlane
 from .errors import NoModelReady
+from .handlers import docs as docs_api
+from .handlers import server_routes as server_api
+from .handlers import streaming as streams_api
+from .handlers import v1 as v1_api
+from .handlers import v2 as v2_api
+from .handlers.api import RestAPI
 from .handlers.http import make_app
 from .internals.argparse_exact import ExactOneDashParser
 from .logging import configure_logging, flush_pending, logger
 from .model import BaseKServeModel
 from .model_repository import ModelRepository
+from .openai import api as openai_api
 from .predictor_config import PredictorConfig
 from .server.startup import StartupFailure, bind_failure, check_port_free, warn_near_misses
+from .server.tls import CertificatePair, TLSError
 from .storage import StorageError, resolve_model_dir
 from .storage import is_local as is_local_storage
-from .server.tls import CertificatePair, TLSError
+from .timeseries import api as timeseries_api
+from .triton import api as triton_api
 from .utils.utils import cpu_count, strtobool
 
 parser = ExactOneDashParser(add_help=False, allow_abbrev=False,
@@ -53,7 +67,8 @@ _flag("max_asyncio_workers", default=None, type=int,
       help="Threads that run synchronous model methods (default min(32, cpus + 4)).")
 _flag("inline_sync_below_ms", default=1.0, type=float,
       help="A sync preprocess/predict/postprocess that has made 16 calls under this many ms on the thread pool runs "
-           "on the event loop (no thread hand-off); one slower call there sends it back to the pool. 0: always the pool.")
+           "on the event loop (no thread hand-off); one slower call there sends it back to the pool. "
+           "0: always the pool.")
 _flag("enable_grpc", default=True, type=strtobool, help="Serve gRPC as well as REST.")
 _flag("enable_docs_url", default=False, type=strtobool, help="Serve the OpenAPI documents under /docs.")
 _flag("enable_latency_logging", default=True, type=strtobool,
@@ -163,15 +178,24 @@ def loop_factory(event_loop: str) -> Optional[Callable[[], asyncio.AbstractEvent
         import uvloop
     except ImportError:
         if event_loop == "uvloop":
-            raise RuntimeError("--event-loop uvloop needs the uvloop package: pip install 'kserve-sdk[uvloop]'")
+            raise RuntimeError("--event-loop uvloop needs the uvloop package: pip install 'kserve-sdk[uvloop]'") \
+                from None
         return None
     return uvloop.new_event_loop
 
 
+#: The REST APIs the server serves (handlers/api.py), in order: the first route matching a path answers it.
+#: Triton's extensions come before v2, whose model metadata would take ``/v2/models/stats``; OpenAI after
+#: v1, which keeps ``/v1/models`` under an empty ``KSERVE_OPENAI_ROUTE_PREFIX``. A script serves an API of
+#: its own by adding it before ``ModelServer().start``: ``model_server.REST_APIS.append(MY_API)``.
+REST_APIS: List[RestAPI] = [server_api.API, v1_api.API, triton_api.API, v2_api.API, streams_api.API,
+                            timeseries_api.API, openai_api.API, docs_api.API]
+
+
 #: Bytes Tornado reads from a connection at a time. Each read zeroes a fresh buffer of this size, and a
 #: request takes two reads (its bytes, then the one that finds the socket empty): Tornado's 64 KiB made
-#: that 128 KiB of memory written per small request, a tenth of its instructions. 16 KiB holds a small
-#: request whole; a 1 MiB body takes 64 reads instead of 16, which is lost in its JSON decoding.
+#: that 128 KiB of memory written per small request (what it cost: docs/performance.md). 16 KiB holds a
+#: small request whole; a large body takes four times as many reads, which its JSON decoding outweighs.
 READ_CHUNK_BYTES = 16 * 1024
 
 
@@ -257,8 +281,8 @@ class ModelServer:
             sys.exit(1)
         metrics.setup()
         # What exists now (modules, models, weights) lives as long as the server: keep it out of the
-        # collector's generations, so collections only walk what requests allocate (7-10% less CPU per
-        # small request) and forked workers do not copy pages just for the collector to visit them.
+        # collector's generations, so collections only walk what requests allocate (less CPU per small
+        # request: docs/performance.md) and forked workers do not copy pages just for the collector to visit.
         gc.freeze()
         try:
             if self.workers > 1:
@@ -385,7 +409,7 @@ class ModelServer:
 
     def _start_http(self, sockets: Optional[List[socket.socket]]) -> None:
         ssl_options = self._tls.context if self._tls is not None else None
-        app = make_app(self.dataplane, access_log_format=self.access_log_format,
+        app = make_app(self.dataplane, REST_APIS, access_log_format=self.access_log_format,
                        enable_docs_url=self.enable_docs_url, enable_gzip=args.enable_gzip,
                        max_body_size=self.max_body_size)
         # idle_connection_timeout is also Tornado's header timeout: a client sending headers slowly is dropped.
@@ -469,7 +493,7 @@ class ModelServer:
             await grpc_server.stop(1)
         try:
             await asyncio.wait_for(self._http_server.close_all_connections(), 5)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             logger.warning("HTTP connections still open after the drain; closing")
         await close_clients()
         for name in list(self.registered_models.get_models()):

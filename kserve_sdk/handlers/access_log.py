@@ -14,7 +14,8 @@ access_logger = logging.getLogger(ACCESS_LOGGER_NAME)
 
 #: The default ``--access_log_format``. Fields: client, method, path, query, status, bytes,
 #: duration_ms, request_id, protocol, endpoint, model, http_version, user_agent.
-DEFAULT_ACCESS_LOG_FORMAT = '%(client)s "%(method)s %(path)s HTTP/%(http_version)s" %(status)s %(bytes)s %(duration_ms).3fms'
+DEFAULT_ACCESS_LOG_FORMAT = ('%(client)s "%(method)s %(path)s HTTP/%(http_version)s" %(status)s %(bytes)s '
+                             '%(duration_ms).3fms')
 
 
 class RequestLog:
@@ -31,10 +32,12 @@ class RequestLog:
         if open_call is not None:
             call = open_call()
         else:  # a handler of Tornado's own (static files): counted all the same
-            call = self.dataplane.open_call(getattr(handler, "protocol", "rest_v2"), getattr(handler, "endpoint", "other"))
+            call = self.dataplane.open_call(getattr(handler, "protocol", "rest_v2"),
+                                            getattr(handler, "endpoint", "other"))
         self.finished(call, handler.request, handler.get_status(), response_headers(handler))
 
-    def finished(self, call: Call, request: HTTPServerRequest, status: int, response_headers: Mapping[str, str]) -> None:
+    def finished(self, call: Call, request: HTTPServerRequest, status: int,
+                 response_headers: Mapping[str, str]) -> None:
         """``request``'s answer went out with ``status`` and ``response_headers``: its call closes (if its
         adapter has not closed it before writing the answer) and the answer is logged."""
         call.close(str(status))

@@ -10,12 +10,11 @@ from tornado.httputil import HTTPHeaders
 from tornado.web import HTTPError, RequestHandler
 
 from ..dataplane import DataPlane
-from .. import metrics
 from ..errors import InvalidInput, PayloadTooLarge
 from ..internals.tornado_headers import HeaderRecorder
 from ..lifecycle import Call, Failure
-from ..tracing import answer_traceparent
 from ..protocol.rest_codec import dumps
+from ..tracing import answer_traceparent
 from .responder import JSON, SERVER, Reply, error_document, failure_headers, header_text
 
 __all__ = ["BaseHandler", "JSON", "Reply", "cancel_on_disconnect", "lowercase_headers"]
@@ -169,22 +168,3 @@ class NotFoundHandler(BaseHandler):
     def prepare(self) -> None:
         super().prepare()
         raise HTTPError(404, f"no route for {self.request.method} {self.request.path}")
-
-
-class LiveHandler(BaseHandler):
-    """``GET /``: the process is alive."""
-
-    protocol, endpoint = "rest_v1", "live"
-
-    async def get(self) -> None:
-        self.send_json(await self.dataplane.live())
-
-
-class MetricsHandler(BaseHandler):
-    """``GET /metrics``: Prometheus metrics of every worker, in the format the scraper asks for."""
-
-    endpoint = "metrics"
-
-    def get(self) -> None:
-        body, content_type = metrics.render(self.request.headers.get("Accept"))
-        self.send_body(body, content_type)

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 from tornado.web import RequestHandler, StaticFileHandler
 
 from ..logging import logger
+from .api import Options, RestAPI
 from .base import JSON, BaseHandler
 
 #: Where the two OpenAPI documents live: ``protocol/`` of a checkout (or editable install), else the copy
@@ -188,3 +189,12 @@ def docs_routes(enabled: bool) -> List[Tuple[str, Type[RequestHandler]]]:
         (r"/docs/?", DocsHandler),
         (r"/docs/static/([\w.-]+\.(?:css|js|png|map))", static),
     ]
+
+
+def routes(options: Options) -> List[Tuple[str, Type[RequestHandler]]]:
+    """``/openapi.json``, and the ``/docs`` routes with ``--enable_docs_url true``."""
+    return [(r"/openapi\.json", OpenAPIHandler), *docs_routes(options.enable_docs_url)]
+
+
+#: The OpenAPI document and Swagger UI.
+API = RestAPI("docs", routes)

@@ -18,6 +18,7 @@ from tornado.httputil import HTTPHeaders, HTTPMessageDelegate, HTTPServerRequest
 from ..dataplane import DataPlane
 from ..lifecycle import Call
 from .access_log import RequestLog
+from .api import ErrorDocument
 from .base import lowercase_headers
 from .responder import Reply, answer_headers, error_reply
 
@@ -25,21 +26,23 @@ Answer = Callable[[Call, bytes, HTTPHeaders], Awaitable[Reply]]
 
 
 class FastPath:
-    """Chooses the requests served here (from the route table) and holds what their delegates share."""
+    """Chooses the requests served here (the routes whose handler has a ``fast_answer``) and holds what
+    their delegates share."""
 
     def __init__(self, dataplane: DataPlane, request_log: RequestLog, compress_response: bool,
-                 routes: Sequence[Tuple[str, Any]]):
+                 routes: Sequence[Tuple[str, Any, ErrorDocument]]):
+        """``routes``: ``(pattern, handler, error document)`` of each such route, in the route table's order
+        (api.py's ``RouteTable.fast_routes``)."""
         self.dataplane = dataplane
         self.request_log = request_log
         self.compress_response = compress_response
-        fast = [(pattern, handler) for pattern, handler in routes if hasattr(handler, "fast_answer")]
         # One regular expression for all of them: an alternative per route, told apart by its first group.
-        self._route = re.compile("|".join(f"(?:{pattern})" for pattern, _ in fast))
-        self._handlers: List[Tuple[int, int, Any]] = []
+        self._route = re.compile("|".join(f"(?:{pattern})" for pattern, _, _ in routes))
+        self._handlers: List[Tuple[int, int, Any, ErrorDocument]] = []
         first = 1
-        for pattern, handler in fast:
+        for pattern, handler, document in routes:
             groups = re.compile(pattern).groups
-            self._handlers.append((first, first + groups, handler))
+            self._handlers.append((first, first + groups, handler, document))
             first += groups
 
     def delegate_for(self, request: HTTPServerRequest) -> Optional[HTTPMessageDelegate]:
@@ -51,37 +54,31 @@ class FastPath:
         if match is None:
             return None
         groups = match.groups()
-        for first, end, handler in self._handlers:
+        for first, end, handler, document in self._handlers:
             if groups[first - 1] is not None:
                 args = groups[first - 1:end - 1]
                 answer = handler.fast_answer(self.dataplane, *args)
-                return None if answer is None else InferenceCall(self, request, answer, handler, args[0])
+                if answer is None:
+                    return None
+                return FastInferenceDelegate(self, request, answer, handler, args[0], document)
         return None
 
-    def labels_of(self, path: str) -> Tuple[str, str, Optional[str]]:
-        """The protocol, endpoint and model of a request to ``path`` as metrics name them, for an answer
-        given before any handler is chosen (the body limit's 413)."""
-        match = self._route.fullmatch(path)
-        if match is not None:
-            groups = match.groups()
-            for first, _, handler in self._handlers:
-                if groups[first - 1] is not None:
-                    return handler.protocol, handler.endpoint, groups[first - 1]
-        return ("rest_v1" if path.startswith("/v1/") else "rest_v2"), "other", None
 
-
-class InferenceCall(HTTPMessageDelegate):
-    """One inference request: its body is gathered, then its call opens (as a handler's does in
-    ``prepare``) and ``answer(call, body, headers)`` is sent.
+class FastInferenceDelegate(HTTPMessageDelegate):
+    """Tornado's delegate for one inference request on the fast path: its body is gathered, then its call
+    opens (as a handler's does in ``prepare``) and ``answer(call, body, headers)`` is sent; a failure is
+    answered in the error shape of the route's API.
 
     A client that closes its connection while the call runs cancels it (the model's coroutine sees
     CancelledError), through the call's lifecycle, as for the handlers.
     """
 
-    __slots__ = ("_fast", "_request", "_answer", "_handler", "_model", "_call", "_chunks")
+    __slots__ = ("_fast", "_request", "_answer", "_handler", "_model", "_document", "_call", "_chunks")
 
-    def __init__(self, fast: FastPath, request: HTTPServerRequest, answer: Answer, handler: Any, model: str):
+    def __init__(self, fast: FastPath, request: HTTPServerRequest, answer: Answer, handler: Any, model: str,
+                 document: ErrorDocument):
         self._fast, self._request, self._answer, self._handler, self._model = fast, request, answer, handler, model
+        self._document = document
         self._call: Optional[Call] = None
         self._chunks: List[bytes] = []
 
@@ -111,7 +108,7 @@ class InferenceCall(HTTPMessageDelegate):
                 raise
             return self._fast.request_log.finished(call, request, 499, {})
         except Exception as exc:  # noqa: BLE001 - every failure is answered, as RequestHandler does
-            return self._send(*error_reply(call, exc, f"{request.method} {request.path}"))
+            return self._send(*error_reply(call, exc, f"{request.method} {request.path}", self._document))
         self._send(200, reply)
 
     def _send(self, status: int, reply: Reply) -> None:
@@ -119,7 +116,7 @@ class InferenceCall(HTTPMessageDelegate):
         try:
             headers, body = answer_headers(call, request, status, reply, self._fast.compress_response)
         except (ValueError, TypeError) as e:  # a header the model set cannot be sent; nothing was written yet
-            status, reply = error_reply(call, e, f"{request.method} {request.path}")
+            status, reply = error_reply(call, e, f"{request.method} {request.path}", self._document)
             headers, body = answer_headers(call, request, status, reply, False)
         call.close(str(status))  # counted before the client can read the answer
         connection = request.connection

@@ -11,15 +11,25 @@ from typing import Any, AsyncIterator, Callable, Dict, Tuple
 import grpc
 from google.protobuf import json_format
 
-from ..dataplane import DataPlane, encoded, not_a_v2_response
+from .. import tracing
+from ..dataplane import DataPlane, encode_model_answer, not_a_v2_response
 from ..errors import InvalidInput
 from ..lifecycle import Call, Failure, take_request_id
 from ..protocol.grpc import grpc_predict_v2_pb2 as pb
-from ..protocol.grpc.convert import Undecodable, infer_request_from_grpc, infer_response_to_grpc, tolerant_parser
-from ..protocol.grpc.convert import (log_settings_response, model_config_response, parameters_to_dict,
-                                     trace_settings_response, trace_update_from_grpc)
+from ..protocol.grpc.convert import (
+    Undecodable,
+    infer_request_from_grpc,
+    infer_response_to_grpc,
+    log_settings_response,
+    model_config_response,
+    parameters_to_dict,
+    tolerant_parser,
+    trace_settings_response,
+    trace_update_from_grpc,
+)
 from ..protocol.grpc.grpc_predict_v2_pb2_grpc import (
-    GRPCInferenceServiceServicer, add_GRPCInferenceServiceServicer_to_server,
+    GRPCInferenceServiceServicer,
+    add_GRPCInferenceServiceServicer_to_server,
 )
 from ..protocol.infer_type import InferRequest, InferResponse
 from ..tracing import answer_traceparent
@@ -76,7 +86,7 @@ def to_infer_response_message(response: Any, model_name: str = "", msg=None):
     when given); anything else is refused by the rule REST applies too."""
     if not isinstance(response, InferResponse):
         raise not_a_v2_response(model_name, response)
-    return encoded(model_name, infer_response_to_grpc, response, msg)
+    return encode_model_answer(model_name, infer_response_to_grpc, response, msg)
 
 
 def _tagged(message, request):
@@ -115,6 +125,20 @@ async def _within(call: Call, messages: AsyncIterator[Any], error_answer: Callab
         raise
     finally:
         call.close(code)
+
+
+async def _send_initial_metadata(context, call: Call) -> None:
+    """A stream's initial metadata, naming its first call (request id, traceparent); that call is closed as
+    CANCELLED when the client has gone before it could be sent (its answers never start, nor close it)."""
+    try:
+        await context.send_initial_metadata(call_metadata(call))
+    except BaseException:
+        call.close("CANCELLED")
+        raise
+
+
+#: The RPCs whose calls are never traced: health, readiness and the trace settings.
+UNTRACED = frozenset({"ServerLive", "ServerReady", "ModelReady", "TraceSetting"})
 
 
 class InferenceServicer(GRPCInferenceServiceServicer):
@@ -169,37 +193,39 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         consumes streams (``predict_stream``) receives the call's requests as one iterator.
 
         Each request is a call of its own (counted, timed, in flight while it is answered), all with the
-        RPC's request id, which the initial metadata returns."""
+        RPC's request id, which the initial metadata returns, with the first call's traceparent when it is
+        traced."""
         headers = request_headers(context)
         request_id = take_request_id(headers)
-        await context.send_initial_metadata((("x-request-id", request_id),))
         requests = request_iterator.__aiter__()
         first = await anext(requests, None)
         if first is None:
+            await context.send_initial_metadata((("x-request-id", request_id),))
             return
         model = self.dataplane.model_registry.get_model(first.model_name)
-        if model is not None and getattr(model, "streams_requests", bool)():
-            async for message in self._stream_in(first, requests, headers):
+        consumes = model is not None and getattr(model, "streams_requests", bool)()
+        call, messages = self._stream_in(first, requests, headers) if consumes else \
+            self._stream_one(first, dict(headers))
+        await _send_initial_metadata(context, call)
+        async for message in messages:
+            yield message
+        while not consumes and (pending := await anext(requests, None)) is not None:
+            async for message in self._stream_one(pending, dict(headers))[1]:
                 yield message
-            return
-        pending = first
-        while pending is not None:
-            async for message in self._stream_one(pending, dict(headers)):
-                yield message
-            pending = await anext(requests, None)
 
-    def _stream_one(self, request, headers: Dict[str, str]):
+    def _stream_one(self, request, headers: Dict[str, str]) -> Tuple[Call, AsyncIterator[Any]]:
         call = self.dataplane.open_call("grpc", "ModelStreamInfer", headers, request.model_name)
 
         async def answers():  # decoding inside the call: a bad request is answered like a model's failure
-            items = self.dataplane.stream(request.model_name, infer_request_from_grpc(InferRequest, request), headers, call=call)
+            infer_request = infer_request_from_grpc(InferRequest, request)
+            items = self.dataplane.stream(request.model_name, infer_request, headers, call=call)
             async for item in items:
                 yield _stream_message(item, request)
 
-        return _within(call, answers(), lambda message: pb.ModelStreamInferResponse(
+        return call, _within(call, answers(), lambda message: pb.ModelStreamInferResponse(
             error_message=message, infer_response=_tagged(pb.ModelInferResponse(), request)))
 
-    def _stream_in(self, first, requests, headers: Dict[str, str]):
+    def _stream_in(self, first, requests, headers: Dict[str, str]) -> Tuple[Call, AsyncIterator[Any]]:
         async def decoded():
             yield infer_request_from_grpc(InferRequest, first)
             async for request in requests:
@@ -207,8 +233,8 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
         call = self.dataplane.open_call("grpc", "ModelStreamInfer", headers, first.model_name)
         items = self.dataplane.stream_in(first.model_name, decoded(), headers, call=call)
-        return _within(call, (_stream_message(item, first) async for item in items),
-                       lambda message: pb.ModelStreamInferResponse(error_message=message))
+        return call, _within(call, (_stream_message(item, first) async for item in items),
+                             lambda message: pb.ModelStreamInferResponse(error_message=message))
 
     @answers_errors
     async def TraceSetting(self, request, context, call):
@@ -274,8 +300,8 @@ class _TolerantRegistration:
 
     The methods are served through one generic handler only, never registered one by one: grpc.aio keeps
     a pending task per registered method and, for every call that arrives, waits on all of them with
-    ``asyncio.wait``, which costs more than our whole data plane (116k of 744k instructions per small
-    ModelInfer with the service's 21 methods, docs/performance.md). A generic handler is a dict look-up.
+    ``asyncio.wait``, which costs more than our whole data plane (the figure is in docs/performance.md,
+    "Figures moved from code comments"). A generic handler is a dict look-up.
     """
 
     def __init__(self, server: grpc.aio.Server):
@@ -307,6 +333,7 @@ async def start_grpc_server(dataplane: DataPlane, port: int, max_threads: int, m
                  ("grpc.so_reuseport", int(reuse_port))],
     )
     add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane), _TolerantRegistration(server))
+    tracing.untraced.update(UNTRACED)
     if credentials is None:
         server.add_insecure_port(f"[::]:{port}")
     else:

@@ -1,70 +1,33 @@
-"""The HTTP route table: which handler answers which path (the inference routes through fast_path.py),
-and a body over ``max_body_size`` answered as 413."""
+"""The HTTP application, built from a list of REST APIs (api.py; the server's list is
+``model_server.REST_APIS``): the inference routes answered through fast_path.py, the plain paths found
+in one dict, and a body over ``max_body_size`` answered as 413. It names no API."""
 import re
-from typing import Any, Awaitable, Dict, List, Optional, Tuple, Union
+from typing import Any, Awaitable, Dict, Iterable, List, Optional, Union
 
 from tornado import httputil
 from tornado.web import Application
 
+from .. import tracing
 from ..dataplane import DataPlane
 from ..errors import PayloadTooLarge
 from ..internals.tornado_buffer import body_already_buffered
-from ..openai import api as openai
-from ..timeseries import api as timeseries
-from . import docs, streaming, v1, v2
 from .access_log import RequestLog
-from .base import LiveHandler, MetricsHandler, NotFoundHandler, lowercase_headers
+from .api import Options, RestAPI, Route, RouteTable
+from .base import NotFoundHandler, lowercase_headers
 from .fast_path import FastPath
-from .responder import answer_headers, error_document, error_reply
-
-_MODEL = r"([^/]+?)"
-_VERSION = r"(?:/versions/([^/]+))?"
-_REGION = r"([^/]+)"
+from .responder import answer_headers, error_reply
 
 
-def make_app(dataplane: DataPlane, access_log_format: Optional[str] = None, enable_docs_url: bool = False,
-             enable_gzip: bool = True, max_body_size: Optional[int] = None,
+def make_app(dataplane: DataPlane, apis: Iterable[RestAPI], access_log_format: Optional[str] = None,
+             enable_docs_url: bool = False, enable_gzip: bool = True, max_body_size: Optional[int] = None,
              **settings: Any) -> Application:
-    """A Tornado application serving KServe v1 and Open Inference Protocol v2 REST."""
+    """A Tornado application serving ``apis``, in that order (the first route matching a path answers it)."""
     ctx: Dict[str, Any] = {"dataplane": dataplane}
-    routes = [
-        (r"/", LiveHandler),
-        (r"/metrics", MetricsHandler),
-        (r"/v1/models", v1.ListModelsHandler),
-        (rf"/v1/models/{_MODEL}:predict", v1.PredictHandler),
-        (rf"/v1/models/{_MODEL}:explain", v1.ExplainHandler),
-        (rf"/v1/models/{_MODEL}", v1.ModelReadyHandler),
-        (r"/v2", v2.ServerMetadataHandler),
-        (r"/v2/health/live", v2.ServerLiveHandler),
-        (r"/v2/health/ready", v2.ServerReadyHandler),
-        (r"/v2/models", v2.ListModelsHandler),
-        (r"/v2/models/stats", v2.ModelStatisticsHandler),  # before model metadata, which would take "stats"
-        (rf"/v2/models/{_MODEL}{_VERSION}/stats", v2.ModelStatisticsHandler),
-        (rf"/v2/models/{_MODEL}{_VERSION}/infer", v2.InferHandler),
-        (rf"/v2/models/{_MODEL}{_VERSION}/infer_stream", streaming.InferStreamHandler),
-        (rf"/v2/models/{_MODEL}{_VERSION}/generate", streaming.GenerateHandler),
-        (rf"/v2/models/{_MODEL}{_VERSION}/generate_stream", streaming.GenerateStreamHandler),
-        (rf"/v2/models/{_MODEL}{_VERSION}/ready", v2.ModelReadyHandler),
-        (rf"/v2/models/{_MODEL}{_VERSION}/config", v2.ModelConfigHandler),
-        (r"/v2/trace/setting", v2.TraceSettingHandler),
-        (rf"/v2/models/{_MODEL}/trace/setting", v2.TraceSettingHandler),
-        (rf"/v2/models/{_MODEL}{_VERSION}", v2.ModelMetadataHandler),
-        (r"/v2/repository/index", v2.RepositoryIndexHandler),
-        (r"/v2/logging", v2.LoggingHandler),
-        (r"/v2/systemsharedmemory/status", v2.SharedMemoryStatusHandler),
-        (rf"/v2/systemsharedmemory/region/{_REGION}/status", v2.SharedMemoryStatusHandler),
-        (rf"/v2/systemsharedmemory/region/{_REGION}/register", v2.SharedMemoryRegisterHandler),
-        (r"/v2/systemsharedmemory/unregister", v2.SharedMemoryUnregisterHandler),
-        (rf"/v2/systemsharedmemory/region/{_REGION}/unregister", v2.SharedMemoryUnregisterHandler),
-        (rf"/v2/repository/models/{_MODEL}/(load|unload)", v2.RepositoryHandler),
-        *timeseries.routes(),
-        *openai.routes(),
-        (r"/openapi\.json", docs.OpenAPIHandler),
-        *docs.docs_routes(enable_docs_url),
-    ]
+    table = RouteTable(apis, Options(enable_docs_url=enable_docs_url), NotFoundHandler)
+    tracing.untraced.update(table.untraced())
     request_log = RequestLog(dataplane, access_log_format)
     app = _Application(
-        [(path, handler, ctx) for path, handler in routes],
+        [(path, handler, ctx) for path, handler in table.routes],
         default_handler_class=NotFoundHandler,
         default_handler_args=ctx,
         compress_response=enable_gzip,
@@ -72,12 +35,12 @@ def make_app(dataplane: DataPlane, access_log_format: Optional[str] = None, enab
         max_body_size=max_body_size,
         **settings,
     )
-    app.fast_path = FastPath(dataplane, request_log, enable_gzip, routes)
-    app.exact, app.handler_args = exact_routes(routes), ctx
+    app.fast_path = FastPath(dataplane, request_log, enable_gzip, table.fast_routes())
+    app.exact, app.handler_args, app.route_table = exact_routes(table.routes), ctx, table
     return app
 
 
-def exact_routes(routes: List[Tuple[str, type]]) -> Dict[str, type]:
+def exact_routes(routes: List[Route]) -> Dict[str, type]:
     """The handlers of the routes whose pattern is a plain path that no route before it matches, by that
     path: found with one dict lookup, where Tornado tries each route's regular expression in turn (some
     thirty before the OpenAI API's)."""
@@ -100,6 +63,7 @@ class _Application(Application):
     fast_path: Optional[FastPath] = None
     exact: Dict[str, type] = {}  # exact_routes()
     handler_args: Dict[str, Any] = {}  # what every handler is initialized with
+    route_table: Optional[RouteTable] = None  # the APIs served: the labels and error shape of a 413
 
     def find_handler(self, request: httputil.HTTPServerRequest, **kwargs: Any) -> httputil.HTTPMessageDelegate:
         delegate = self.fast_path.delegate_for(request) if self.fast_path is not None else None
@@ -118,7 +82,7 @@ class _Application(Application):
         # _BodyLimit answers every body over the limit itself; Tornado's own cap, which its gzip decoder
         # copies before the headers arrive, would answer an inflating one with a bare 400 first.
         request_conn.set_max_body_size(2 ** 62)
-        return _BodyLimit(delegate, request_conn, limit, self.fast_path)
+        return _BodyLimit(delegate, request_conn, limit, self)
 
 
 class _BodyLimit(httputil.HTTPMessageDelegate):
@@ -129,14 +93,15 @@ class _BodyLimit(httputil.HTTPMessageDelegate):
     reading the answer still sees the 413 rather than a reset); the connection then closes. A chunked
     body, and a gzip body as Tornado inflates it, is counted as it arrives and answered when it passes
     the limit. A body that arrived with its headers skips the body timeout (``--body_timeout_seconds``),
-    whose timer would cost every request. On the OpenAI API's paths the 413 is in OpenAI's error shape.
+    whose timer would cost every request. The 413 is labelled and shaped as the API whose route matches
+    the path declares (OpenAI's in its own error shape).
     """
 
-    __slots__ = ("_delegate", "_conn", "_limit", "_fast", "_start", "_received", "_refused", "_counted")
+    __slots__ = ("_delegate", "_conn", "_limit", "_app", "_start", "_received", "_refused", "_counted")
 
     def __init__(self, delegate: httputil.HTTPMessageDelegate, conn: httputil.HTTPConnection, limit: int,
-                 fast: FastPath):
-        self._delegate, self._conn, self._limit, self._fast = delegate, conn, limit, fast
+                 app: _Application):
+        self._delegate, self._conn, self._limit, self._app = delegate, conn, limit, app
         self._start: Optional[tuple] = None  # (start line, headers): made into a request only for a 413
         self._received = 0
         self._refused: Optional[str] = None
@@ -188,13 +153,12 @@ class _BodyLimit(httputil.HTTPMessageDelegate):
 
     def _answer(self, close: bool = False) -> None:
         """Send the 413; with ``close`` the body is not read and the connection closes once it is sent."""
-        fast, (start_line, headers) = self._fast, self._start
+        fast, (start_line, headers) = self._app.fast_path, self._start
         request = httputil.HTTPServerRequest(connection=self._conn, start_line=start_line, headers=headers)
-        labels = openai.labels_of(request.path)  # the OpenAI API's paths answer in its error shape
-        protocol, endpoint, model = fast.labels_of(request.path) if labels is None else (*labels, None)
+        (protocol, endpoint, model), document = self._app.route_table.answer_for(request.path)
         call = fast.dataplane.open_call(protocol, endpoint, lowercase_headers(request.headers), model)
         status, reply = error_reply(call, PayloadTooLarge(self._refused), f"{request.method} {request.path}",
-                                    error_document if labels is None else openai.error_document)
+                                    document)
         answer, body = answer_headers(call, request, status, reply, False)
         if close:
             answer["Connection"] = "close"

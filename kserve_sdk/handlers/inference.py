@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from tornado.httputil import HTTPHeaders
 
-from ..dataplane import DataPlane, encoded, not_a_v2_response
+from ..dataplane import DataPlane, encode_model_answer, not_a_v2_response
 from ..errors import InvalidInput
 from ..lifecycle import Call
 from ..protocol.infer_type import InferRequest, InferResponse
@@ -46,7 +46,7 @@ async def infer_v2(dataplane: DataPlane, name: str, version: Optional[str], call
     if event is not None:
         return cloudevent_reply(response, event, name, reply_headers)
     if isinstance(response, InferResponse):
-        payload, out_length = encoded(name, encode_infer_response, response)
+        payload, out_length = encode_model_answer(name, encode_infer_response, response)
     elif isinstance(response, (bytes, bytearray)):
         payload, out_length = bytes(response), None
     else:  # the same rule as gRPC's
@@ -72,7 +72,7 @@ async def call_v1(dataplane: DataPlane, verb: str, name: str, call: Call, body: 
     response, reply_headers = await run(name, request, call.headers, model, call)
     if event is not None:
         return cloudevent_reply(response, event, name, reply_headers)
-    payload, content_type = encoded(name, encode_v1_response, response)
+    payload, content_type = encode_model_answer(name, encode_v1_response, response)
     return Reply(payload, content_type, reply_headers)
 
 

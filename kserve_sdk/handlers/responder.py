@@ -13,9 +13,9 @@ from tornado.httputil import HTTPHeaders, HTTPServerRequest
 from tornado.web import GZipContentEncoding
 
 from ..dataplane import SERVER_NAME, SERVER_VERSION
-from ..tracing import answer_traceparent
 from ..lifecycle import Call, Failure
 from ..protocol.rest_codec import dumps
+from ..tracing import answer_traceparent
 
 JSON = "application/json"
 #: The ``Server`` header of every answer.

@@ -8,17 +8,17 @@ import asyncio
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Tuple
 
 from orjson import loads as orjson_loads
-
 from tornado.iostream import StreamClosedError
 
 from ..errors import InvalidInput
 from ..protocol.generate import is_tensor_request, merge_generate, to_generate_json
 from ..protocol.infer_type import InferRequest, InferResponse
-from ..protocol.rest_codec import dumps, encode_infer_response, loads_json
+from ..protocol.rest.json_body import json_object
+from ..protocol.rest_codec import dumps, encode_infer_response
+from .api import MODEL, VERSION, RestAPI
 from .base import BaseHandler, cancel_on_disconnect
 from .cloudevents import decode_cloudevent, encode_cloudevent
 from .inference import cloudevent_reply
-
 
 
 def sse_event(payload: bytes) -> bytes:
@@ -53,7 +53,7 @@ class StreamingHandler(BaseHandler):
 
     async def send_stream(self, items: AsyncIterator[Any], encode: Callable[[Any], bytes], frame: Callable,
                           content_type: str, response_headers: Dict[str, str], trailer: bytes = b"") -> None:
-        """Send ``items`` (an async iterator, or a :class:`~kserve_sdk.counted_stream.CountedStream`, which
+        """Send ``items`` (an async iterator, or a :class:`~kserve_sdk.model_call.CountedStream`, which
         is pumped), each as ``encode(item)`` (framed: the bytes that go out). Errors before the first
         become HTTP errors, a later one the final frame ``frame(error document)``; ``trailer`` (e.g. an SSE
         ``[DONE]`` event) goes last."""
@@ -196,9 +196,7 @@ class _GenerateBody:
         await self.dataplane.ready_model(name)
         event = decode_cloudevent(self.request.body, self.request.headers)
         if event is None:
-            doc = loads_json(self.request.body)
-            if not isinstance(doc, dict):
-                raise InvalidInput(f"the request body must be a JSON object, got {type(doc).__name__}")
+            doc = json_object(self.request.body)
         elif isinstance(event[0], dict):
             doc = event[0]
         else:
@@ -273,3 +271,11 @@ class V1StreamingPredict(StreamingHandler):
             return item.encode("utf-8") if isinstance(item, str) else dumps(item) + b"\n"
 
         await self.send_stream(items, encode, lambda chunk: chunk, "application/x-ndjson", response_headers)
+
+
+#: The v2 streams and ``generate`` (v1's streamed ``:predict`` is v1's route, answered by V1StreamingPredict).
+API = RestAPI("v2_streams", [
+    (rf"/v2/models/{MODEL}{VERSION}/infer_stream", InferStreamHandler),
+    (rf"/v2/models/{MODEL}{VERSION}/generate", GenerateHandler),
+    (rf"/v2/models/{MODEL}{VERSION}/generate_stream", GenerateStreamHandler),
+])

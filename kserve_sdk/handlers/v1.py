@@ -3,6 +3,7 @@ from functools import partial
 
 from ..errors import InvalidInput, ModelNotReady
 from ..protocol.rest_codec import loads_json
+from .api import MODEL, RestAPI
 from .base import BaseHandler, cancel_on_disconnect
 from .cloudevents import decode_cloudevent
 from .inference import call_v1
@@ -62,3 +63,13 @@ class ExplainHandler(PredictHandler):
     """``POST /v1/models/<m>:explain``."""
 
     verb = endpoint = "explain"
+
+
+#: KServe v1 REST. ``:predict`` and ``:explain`` come before the model's readiness, whose pattern would
+#: take ``<m>:predict`` as a model's name.
+API = RestAPI("v1", [
+    (r"/v1/models", ListModelsHandler),
+    (rf"/v1/models/{MODEL}:predict", PredictHandler),
+    (rf"/v1/models/{MODEL}:explain", ExplainHandler),
+    (rf"/v1/models/{MODEL}", ModelReadyHandler),
+], untraced=("model_ready",))

@@ -1,9 +1,11 @@
-"""Open Inference Protocol v2 REST: health, metadata, readiness, infer (with the binary extension)."""
+"""Open Inference Protocol v2 REST: health, metadata, readiness, infer (with the binary extension), and the
+model repository. (Triton's other extensions are kserve_sdk/triton/api.py; the streams, streaming.py.)"""
 from functools import partial
 from typing import Optional
 
-from ..errors import InvalidInput, ModelNotReady, ServerNotReady
+from ..errors import ModelNotReady, ServerNotReady
 from ..protocol.rest_codec import loads_json
+from .api import MODEL, VERSION, RestAPI
 from .base import BaseHandler, cancel_on_disconnect
 from .inference import infer_v2
 
@@ -67,53 +69,6 @@ class ModelReadyHandler(BaseHandler):
         self.send_json({"name": name, "ready": True})
 
 
-class ModelConfigHandler(BaseHandler):
-    """``GET /v2/models/<m>[/versions/<v>]/config``: Triton's model configuration."""
-
-    endpoint = "model_config"
-
-    async def get(self, name: str, version: Optional[str] = None) -> None:
-        self.send_json(await self.dataplane.model_config(name, version))
-
-
-class TraceSettingHandler(BaseHandler):
-    """``GET|POST /v2[/models/<m>]/trace/setting``: Triton's trace settings (kserve_sdk/tracing/settings.py),
-    global or a model's, read or changed with a JSON object."""
-
-    endpoint = "trace_setting"
-
-    def get(self, name: Optional[str] = None) -> None:
-        self.send_json(self.dataplane.trace_settings(name or ""))
-
-    async def post(self, name: Optional[str] = None) -> None:
-        update = loads_json(self.request.body or b"{}")
-        self.send_json(await self.dataplane.update_trace_settings(name or "", update))
-
-
-class LoggingHandler(BaseHandler):
-    """``GET|POST /v2/logging``: Triton's log settings, read or changed in every worker."""
-
-    endpoint = "logging"
-
-    def get(self) -> None:
-        self.send_json(self.dataplane.log_settings())
-
-    async def post(self) -> None:
-        if not self.request.body.strip():
-            raise InvalidInput('POST /v2/logging takes the settings to change as a JSON object, such as '
-                               '{"log_verbose_level": 1}')
-        self.send_json(await self.dataplane.update_log_settings(loads_json(self.request.body)))
-
-
-class ModelStatisticsHandler(BaseHandler):
-    """``GET /v2/models[/<m>[/versions/<v>]]/stats``: Triton's per-model statistics."""
-
-    endpoint = "model_statistics"
-
-    def get(self, name: Optional[str] = None, version: Optional[str] = None) -> None:
-        self.send_json(self.dataplane.model_statistics(name or "", version or ""))
-
-
 class InferHandler(BaseHandler):
     """``POST /v2/models/<m>[/versions/<v>]/infer``: JSON or binary tensors in, the same out."""
 
@@ -160,33 +115,17 @@ class RepositoryIndexHandler(BaseHandler):
         self.send_json([e for e in entries if e["state"] == "READY"] if ready_only else entries)
 
 
-class SharedMemoryStatusHandler(BaseHandler):
-    """``GET /v2/systemsharedmemory[/region/<r>]/status``: the registered regions."""
-
-    endpoint = "shm_status"
-
-    def get(self, region: str = "") -> None:
-        self.send_json(self.dataplane.shared_memory_status(region or ""))
-
-
-class SharedMemoryRegisterHandler(BaseHandler):
-    """``POST /v2/systemsharedmemory/region/<r>/register`` with ``{"key", "offset", "byte_size"}``."""
-
-    endpoint = "shm_register"
-
-    async def post(self, region: str) -> None:
-        doc = loads_json(self.request.body or b"null")
-        if not isinstance(doc, dict) or "key" not in doc or "byte_size" not in doc:
-            raise InvalidInput('register a region with a JSON object {"key": ..., "offset": ..., "byte_size": ...}')
-        await self.dataplane.register_shared_memory(region, doc["key"], doc.get("offset", 0), doc["byte_size"])
-        self.send_json({})
-
-
-class SharedMemoryUnregisterHandler(BaseHandler):
-    """``POST /v2/systemsharedmemory[/region/<r>]/unregister``: forget one region, or all of them."""
-
-    endpoint = "shm_unregister"
-
-    async def post(self, region: str = "") -> None:
-        await self.dataplane.unregister_shared_memory(region or "")
-        self.send_json({})
+#: Open Inference Protocol v2. Model metadata comes last of the ``/v2/models/<m>`` routes: the others end
+#: with a word its pattern would not take; it would take ``/v2/models/stats``, which is why Triton's API
+#: comes before this one in the server's list.
+API = RestAPI("v2", [
+    (r"/v2", ServerMetadataHandler),
+    (r"/v2/health/live", ServerLiveHandler),
+    (r"/v2/health/ready", ServerReadyHandler),
+    (r"/v2/models", ListModelsHandler),
+    (rf"/v2/models/{MODEL}{VERSION}/infer", InferHandler),
+    (rf"/v2/models/{MODEL}{VERSION}/ready", ModelReadyHandler),
+    (rf"/v2/models/{MODEL}{VERSION}", ModelMetadataHandler),
+    (r"/v2/repository/index", RepositoryIndexHandler),
+    (rf"/v2/repository/models/{MODEL}/(load|unload)", RepositoryHandler),
+], untraced=("live", "ready", "model_ready"))

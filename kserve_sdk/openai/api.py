@@ -13,13 +13,13 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from tornado.web import HTTPError
 
-from ..dataplane import encoded
+from ..dataplane import encode_model_answer
 from ..errors import ModelNotFound
-from .dataplane import (OpenAIAPI, not_an_openai_model, openai_call, openai_models, resolve_model_name,
-                                serves_openai)
-from ..protocol.rest.openai import error_body  # no pydantic: a plain server's 404s are written with it
+from ..handlers.api import Options, RestAPI
 from ..handlers.base import cancel_on_disconnect
 from ..handlers.streaming import StreamingHandler, sse_event
+from ..protocol.rest.openai import error_body  # no pydantic: a plain server's 404s are written with it
+from .dataplane import OpenAIAPI, not_an_openai_model, openai_call, openai_models, resolve_model_name, serves_openai
 
 _STARTED = int(time.time())
 
@@ -28,23 +28,6 @@ def route_prefix() -> str:
     """``KSERVE_OPENAI_ROUTE_PREFIX`` (default ``/openai``), with a leading slash."""
     prefix = os.environ.get("KSERVE_OPENAI_ROUTE_PREFIX", "/openai").rstrip("/")
     return prefix if not prefix or prefix.startswith("/") else f"/{prefix}"
-
-
-def labels_of(path: str) -> Optional[Tuple[str, str]]:
-    """The protocol and endpoint labels of a request to ``path`` if it is the OpenAI API's, for an answer
-    given before any handler runs (the body limit's 413): any path under the prefix, or, with an empty
-    prefix, the inference routes' own paths (the rest of ``/v1`` is KServe v1's); else None."""
-    prefix = route_prefix()
-    if not prefix:
-        handler = _INFERENCE_ROUTES.get(path)
-        return None if handler is None else ("openai", handler.endpoint)
-    if path != prefix and not path.startswith(prefix + "/"):
-        return None
-    rest = path[len(prefix):]
-    if rest == "/v1/models" or rest.startswith("/v1/models/"):
-        return "openai", "models"
-    handler = _INFERENCE_ROUTES.get(rest)
-    return "openai", "other" if handler is None else handler.endpoint
 
 
 def error_document(status: int, message: str) -> bytes:
@@ -86,7 +69,7 @@ class _InferenceHandler(_OpenAIHandler):
             raise api.errors.OpenAIError(answer)  # answered by write_error, with its code as the status
         if hasattr(answer, "__aiter__"):  # a stream (sent as one even if the client did not ask for it)
             return await self._send_chunks(answer, context)
-        body = encoded(name, api.codec.encode_answer, answer)
+        body = encode_model_answer(name, api.codec.encode_answer, answer)
         if getattr(request, "stream", False):  # one answer to a stream request: its only event
             return await self._send_chunks(_one(b"data: " + body + b"\n\n"), context)
         self.set_status(context["response"].status_code)
@@ -189,11 +172,16 @@ _INFERENCE_ROUTES = {"/v1/completions": CompletionsHandler, "/v1/chat/completion
                      "/v1/embeddings": EmbeddingsHandler, "/v1/rerank": RerankHandler}
 
 
-def routes() -> List[Tuple[str, type]]:
-    """The route-table entries of the OpenAI API (always in the table; they answer only while an OpenAI
-    model is served), the last one taking every other path under the prefix (none with an empty prefix,
-    where the other paths are KServe's)."""
+def routes(options: Options) -> List[Tuple[str, type]]:
+    """The route-table entries of the OpenAI API under ``KSERVE_OPENAI_ROUTE_PREFIX`` (always in the table;
+    they answer only while an OpenAI model is served), the last one taking every other path under the prefix
+    (none with an empty prefix, where the other paths are KServe's, whose API comes first in the list)."""
     p = route_prefix()
     table = [(rf"{p}{path}", handler) for path, handler in _INFERENCE_ROUTES.items()]
     table += [(rf"{p}/v1/models", ModelsHandler), (rf"{p}/v1/models/([^/]+?)", ModelsHandler)]
     return table + [(rf"{re.escape(p)}(?:/.*)?", UnknownPathHandler)] if p else table
+
+
+#: The OpenAI API: its routes, its error shape (a 413 on its paths is in it too), and its unknown paths
+#: (``other``) never traced.
+API = RestAPI("openai", routes, error_document, untraced=("other",))

@@ -13,11 +13,9 @@ from typing import Any, Dict, Iterator, Optional
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, StatusCode, set_span_in_context
 
+from . import untraced as _untraced  # the endpoints the APIs declare never traced (one set, filled in place)
 from .provider import MODEL_ATTRIBUTE
 
-#: Calls that are never traced: health, readiness, metrics, trace settings, and what no route matched.
-UNTRACED = frozenset({"live", "ready", "model_ready", "metrics", "other", "ServerLive", "ServerReady",
-                      "ModelReady", "trace_setting", "TraceSetting"})
 _STAGES = (("preprocess_ms", "preprocess"), ("predict_ms", "predict"), ("explain_ms", "explain"),
            ("postprocess_ms", "postprocess"))
 
@@ -36,7 +34,7 @@ def _epoch_ns(perf_seconds: float) -> int:
 
 def start_call(call: Any) -> Optional[Any]:
     """The server span of ``call`` (a lifecycle Call), or None for a call that is never traced."""
-    if call.endpoint in UNTRACED:
+    if call.endpoint in _untraced:
         return None
     headers = call.headers
     attributes = {"kserve.protocol": call.protocol, "kserve.endpoint": call.endpoint,
