@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Install kserve_sdk with its test extras into .venv (Python 3.11) and run the whole test suite, then a
 # subset with KSERVE_SDK_INTERNALS=off. Extra arguments run pytest with them instead, e.g. `hack/test.sh -k grpc`.
+# `hack/test.sh --fast [pytest arguments]` runs the fast tier alone: tests/fast, in process, in one pytest process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS=test source hack/venv.sh
+if [ "${1:-}" = "--fast" ]; then  # the fast tier needs none of the system packages below
+  shift
+  exec .venv/bin/python -m pytest -q -p no:xdist tests/fast "$@"
+fi
 # System packages some tests need, from Debian, where we can install them (root with apt):
 # chromium renders /docs; nodejs + npm run Azurite, the Azure Blob emulator of the storage tests.
 missing=""

@@ -8,10 +8,24 @@ from pydantic import ValidationError
 
 import kserve_sdk
 from kserve_sdk.protocol.rest import timeseries
-from kserve_sdk.protocol.rest.timeseries import (FREQUENCY_MAP, Error, ErrorResponse, ForecastOptions,
-                                                 ForecastOutput, ForecastRequest, ForecastResponse, Frequency,
-                                                 Metadata, Status, TimeSeriesError, TimeSeriesForecast,
-                                                 TimeSeriesInput, TimeSeriesType, Usage, create_error_response)
+from kserve_sdk.protocol.rest.timeseries import (
+    FREQUENCY_MAP,
+    Error,
+    ErrorResponse,
+    ForecastOptions,
+    ForecastOutput,
+    ForecastRequest,
+    ForecastResponse,
+    Frequency,
+    Metadata,
+    Status,
+    TimeSeriesError,
+    TimeSeriesForecast,
+    TimeSeriesInput,
+    TimeSeriesType,
+    Usage,
+    create_error_response,
+)
 from kserve_sdk.protocol.rest.timeseries.codec import field_path
 
 # the names KServe's kserve.protocol.rest.timeseries.types defines

@@ -2,8 +2,7 @@
 import os
 import sys
 
-from conftest import ROOT
-
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "hack", "bench"))
 import bench_report  # noqa: E402
 
