@@ -116,7 +116,8 @@ def _v2_doc(rng: random.Random) -> Tuple[dict, list]:
         data = [rng.randint(-2 ** 40, 2 ** 40) for _ in range(n)]
     else:
         data = ["".join(rng.choice("abcxyz é") for _ in range(rng.randint(0, 8))) for _ in range(n)]
-    return {"id": str(rng.random()), "inputs": [{"name": "INPUT0", "shape": [n], "datatype": datatype, "data": data}]}, data
+    tensor = {"name": "INPUT0", "shape": [n], "datatype": datatype, "data": data}
+    return {"id": str(rng.random()), "inputs": [tensor]}, data
 
 
 async def rest_json(ctx, rng) -> Outcome:

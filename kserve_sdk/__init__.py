@@ -2,7 +2,7 @@
 
 Drop-in for KServe's Python SDK: ``import kserve_sdk as kserve`` and the same custom model runs.
 """
-from . import constants, errors, logging
+from . import constants, errors, logging, model_server
 from .clients.rest import InferenceRESTClient, RESTConfig
 from .inference_client import InferenceGRPCClient
 from .model import BaseKServeModel, InferenceModel, InferenceVerb, Model
@@ -13,7 +13,6 @@ from .protocol.infer_type import InferInput, InferOutput, InferRequest, InferRes
 from .storage import Storage
 from .timeseries.model import TimeSeriesModel
 from .utils import utils
-from . import model_server
 
 __all__ = [
     "BaseKServeModel", "InferenceModel", "InferenceVerb", "Model", "ModelServer", "ModelRepository",

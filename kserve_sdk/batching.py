@@ -21,10 +21,10 @@ Predict = Callable[[InferRequest, Dict[str, str], Timings], Awaitable[Any]]
 
 
 class _Pending:
-    __slots__ = ("request", "headers", "rows", "timings", "future", "queued")
+    __slots__ = ("request", "headers", "rows", "timings", "key", "future", "queued")
 
-    def __init__(self, request: InferRequest, headers: Dict[str, str], rows: int, timings: Timings):
-        self.request, self.headers, self.rows, self.timings = request, headers, rows, timings
+    def __init__(self, request: InferRequest, headers: Dict[str, str], rows: int, timings: Timings, key: Tuple):
+        self.request, self.headers, self.rows, self.timings, self.key = request, headers, rows, timings, key
         self.future: asyncio.Future = asyncio.get_running_loop().create_future()
         self.queued = time.perf_counter()
 
@@ -62,7 +62,7 @@ class Batcher:
             metrics.batch_formed(self.model_name, 1)
             timings.executions += 1
             return await self.predict(request, headers, timings)
-        pending = _Pending(request, headers, rows, timings)
+        pending = _Pending(request, headers, rows, timings, key)
         self._queue.append(pending)
         self._rows += rows
         if self._rows >= self.max_batch_size:
@@ -78,7 +78,7 @@ class Batcher:
         queue, self._queue, self._rows = self._queue, [], 0
         groups: Dict[Tuple, List[_Pending]] = {}
         for pending in queue:
-            groups.setdefault(_merge_key(pending.request), []).append(pending)
+            groups.setdefault(pending.key, []).append(pending)
         for group in groups.values():
             for start in range(0, len(group), self.max_batch_size):
                 asyncio.ensure_future(self._run(group[start:start + self.max_batch_size]))
@@ -98,7 +98,7 @@ class Batcher:
                 if not pending.future.done():
                     pending.future.set_exception(e)
             return
-        for pending, result in zip(batch, results):
+        for pending, result in zip(batch, results, strict=True):
             if not pending.future.done():
                 pending.timings.queue_s += started - pending.queued + own.queue_s
                 if pending.timings.traced:  # the predict span's attribute
@@ -116,7 +116,8 @@ def merge_requests(requests: List[InferRequest]) -> InferRequest:
         merged._array = stacked
         inputs.append(merged)
     request = InferRequest(model_name=first.model_name, infer_inputs=inputs, request_id=first.id,
-                           from_grpc=first.from_grpc, parameters=first.parameters,
+                           from_grpc=first.from_grpc,  # type: ignore[arg-type]  # the flag (infer_type.py)
+                           parameters=first.parameters,
                            request_outputs=first.request_outputs, model_version=first.model_version)
     request._use_raw_outputs = first._use_raw_outputs
     return request

@@ -23,7 +23,7 @@ class LoopExecutor:
     def __init__(self, loop: asyncio.AbstractEventLoop, max_workers: int):
         self._loop = loop
         self._max_workers = max_workers
-        self._jobs: "queue.SimpleQueue" = queue.SimpleQueue()  # C-level hand-off, no Python Condition
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # C-level hand-off, no Python Condition
         self._threads: list = []
         self._idle = 0
         self._idle_lock = threading.Lock()

@@ -20,7 +20,6 @@ Not switchable, because no public path behaves the same: :mod:`.argparse_exact` 
 import os
 
 
-
 def switched_on(value: str) -> bool:
     """Whether a value of ``KSERVE_SDK_INTERNALS`` leaves the tricks on: all but off, 0, false and no."""
     return value.strip().lower() not in ("off", "0", "false", "no")

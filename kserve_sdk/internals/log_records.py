@@ -7,7 +7,8 @@ message written in.
 
 Why: the access and latency lines are logged for every request; when their logger is configured (a
 handler, a filter, a format of the user's) each one needs a record, and ``makeRecord`` asks for the
-thread, process and task names, the time and more each time. The copy costs about a third.
+thread, process and task names, the time and more each time, while a copy only writes what changes
+(the figure is in docs/performance.md).
 
 Plain path (``KSERVE_SDK_INTERNALS=off``): ``Logger.makeRecord``.
 """

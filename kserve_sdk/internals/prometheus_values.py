@@ -11,8 +11,8 @@ process id, looks the key up and packs two doubles on every update, and a reques
 updates. :class:`SlotValue` writes the same files in the same layout, but each value keeps a view of
 its own 16 bytes of the mapping (value, timestamp), found once when the value is made, so an update is
 one addition under a lock. After a fork, the child's values move to files of its own pid. (Together
-with :mod:`.prometheus_writers`: part of the 42k instructions per request that metrics and statistics
-cost, docs/performance.md.)
+with :mod:`.prometheus_writers`: part of what metrics and statistics cost per request; the figures are in
+docs/performance.md.)
 
 Plain path (``KSERVE_SDK_INTERNALS=off``): :func:`install` does nothing and prometheus-client's own
 ``MultiProcessValue`` keeps the files.
@@ -110,7 +110,8 @@ class SlotValue:
                  multiprocess_mode: str = "", **kwargs):
         self._kind = f"gauge_{multiprocess_mode}" if typ == "gauge" else typ
         # the key prometheus-client writes and reads: labels in a fixed order
-        self._key = json.dumps([metric_name, name, dict(zip(labelnames, labelvalues)), help_text], sort_keys=True)
+        labels = dict(zip(labelnames, labelvalues, strict=True))
+        self._key = json.dumps([metric_name, name, labels, help_text], sort_keys=True)
         with _lock:
             self._slot = _file_of(self._kind).slot(self._key)
             _values.append(self)

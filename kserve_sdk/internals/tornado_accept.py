@@ -5,8 +5,8 @@ wraps an accepted socket in an IOStream (TLS included) and hands it to the serve
 
 Why: Tornado's ``add_sockets`` accepts up to 128 connections per wake-up and every worker is woken for
 each one, so a worker busy with model work takes connections an idle sibling could answer sooner. With
-:func:`accept_balanced`, two workers give 1.8-1.97x one worker's rate on a CPU-bound model instead of
-1.45-1.65x (commit 37fb85c; tests/test_scale.py asks for 1.7x).
+:func:`accept_balanced`, two workers on a CPU-bound model come closer to twice one worker's rate
+(tests/test_scale.py checks it; the figures are in docs/performance.md).
 
 Plain path (``KSERVE_SDK_INTERNALS=off``): the same balanced accept, but the socket becomes an
 ``IOStream`` / ``SSLIOStream`` here and goes to the server's public ``handle_stream``.

@@ -11,13 +11,27 @@ from orjson import loads as orjson_loads
 from pydantic import BaseModel
 
 from ..errors import InvalidInput
-from .model import OpenAIGenerativeModel
 from ..protocol.rest.openai.raw_request import RawRequest
-from ..protocol.rest.openai.types import (ChatCompletion, ChatCompletionChoice, ChatCompletionChunk,
-                                         ChatCompletionLogProb, ChatCompletionLogProbs, ChatCompletionLogProbsContent,
-                                         ChatCompletionRequest, ChatMessage, ChoiceDelta, ChunkChoice, Completion,
-                                         CompletionChoice, CompletionChunk, CompletionChunkChoice, CompletionLogProbs,
-                                         CompletionRequest, ErrorResponse)
+from ..protocol.rest.openai.types import (
+    ChatCompletion,
+    ChatCompletionChoice,
+    ChatCompletionChunk,
+    ChatCompletionLogProb,
+    ChatCompletionLogProbs,
+    ChatCompletionLogProbsContent,
+    ChatCompletionRequest,
+    ChatMessage,
+    ChoiceDelta,
+    ChunkChoice,
+    Completion,
+    CompletionChoice,
+    CompletionChunk,
+    CompletionChunkChoice,
+    CompletionLogProbs,
+    CompletionRequest,
+    ErrorResponse,
+)
+from .model import OpenAIGenerativeModel
 
 
 class ChatPrompt(BaseModel):
@@ -31,7 +45,7 @@ def _token_bytes(token: str) -> List[int]:
     return list(token.encode("utf-8"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _takes_context(method: Any) -> bool:
     """Whether a ``create_completion`` accepts a third argument, ``context``."""
     parameters = list(inspect.signature(method).parameters.values())

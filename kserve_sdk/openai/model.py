@@ -12,8 +12,17 @@ from ..model import BaseKServeModel
 
 if TYPE_CHECKING:
     from ..protocol.rest.openai.raw_request import RawRequest
-    from ..protocol.rest.openai.types import (ChatCompletion, ChatCompletionRequest, Completion, CompletionRequest,
-                                             Embedding, EmbeddingRequest, ErrorResponse, Rerank, RerankRequest)
+    from ..protocol.rest.openai.types import (
+        ChatCompletion,
+        ChatCompletionRequest,
+        Completion,
+        CompletionRequest,
+        Embedding,
+        EmbeddingRequest,
+        ErrorResponse,
+        Rerank,
+        RerankRequest,
+    )
 
 
 class OpenAIModel(BaseKServeModel):

@@ -47,7 +47,11 @@ def datatype_of(np_dtype) -> Optional[str]:
 
 
 def element_size(datatype: str) -> int:
-    """Bytes per element on the wire for fixed-size datatypes; 0 for BYTES."""
+    """Bytes per element on the wire for fixed-size datatypes; 0 for BYTES; ValueError for a name that is not
+    a v2 datatype."""
     if datatype == "BYTES":
         return 0
-    return np_dtype_of(datatype).itemsize
+    dtype = np_dtype_of(datatype)
+    if dtype is None:
+        raise ValueError(f"{datatype!r} is not a v2 datatype")
+    return dtype.itemsize

@@ -33,13 +33,17 @@ def to_generate_json(item: Any, model_name: str, model_version: Optional[str]) -
     return {"model_name": model_name, "model_version": model_version, "text_output": item}
 
 
+#: String fields that name the answer rather than carry its text: the last response's value stands.
+_NOT_CONCATENATED = ("model_name", "model_version", "id")
+
+
 def merge_generate(items: List[Dict[str, Any]]) -> Dict[str, Any]:
     """What ``/generate`` answers for a streaming model: string fields concatenated across the responses
     in order, every other field from the last response."""
     merged: Dict[str, Any] = {}
     for item in items:
         for key, value in item.items():
-            if isinstance(value, str) and isinstance(merged.get(key), str) and key not in ("model_name", "model_version", "id"):
+            if isinstance(value, str) and isinstance(merged.get(key), str) and key not in _NOT_CONCATENATED:
                 merged[key] += value
             else:
                 merged[key] = value

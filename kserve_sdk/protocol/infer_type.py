@@ -64,7 +64,8 @@ class InferRequest(InferMessage):
         self.model_version = model_version
         self.inputs = infer_inputs
         self.parameters = parameters
-        self.from_grpc = from_grpc
+        # KServe's API: the instance's flag shadows the classmethod of the same name, which builds a request
+        self.from_grpc = from_grpc  # type: ignore[method-assign,assignment]
         self.request_outputs = request_outputs
         self._use_raw_outputs = bool(raw_inputs)
         if raw_inputs:
@@ -72,7 +73,7 @@ class InferRequest(InferMessage):
                 raise InvalidInput(
                     f"{len(raw_inputs)} raw input contents given for {len(infer_inputs)} inputs"
                 )
-            for tensor, raw in zip(infer_inputs, raw_inputs):
+            for tensor, raw in zip(infer_inputs, raw_inputs, strict=True):
                 tensor._raw_data = raw
 
     @property
@@ -82,7 +83,7 @@ class InferRequest(InferMessage):
         gRPC: when the inputs came as raw contents. REST: the request's ``binary_data_output``
         parameter (each requested output's ``binary_data`` overrides it).
         """
-        if self.from_grpc:
+        if self.from_grpc:  # type: ignore[truthy-function]  # the instance's flag (see __init__)
             return self._use_raw_outputs or bool(self.parameters and param_value(
                 self.parameters.get("binary_data_output", False)))
         return bool(self.parameters and param_value(self.parameters.get("binary_data_output", False)))
@@ -155,7 +156,8 @@ class InferRequest(InferMessage):
 
     def to_dict(self) -> Dict:
         """The request as a v2 JSON object."""
-        out = {"id": self.id, "model_name": self.model_name, "inputs": [t.to_dict() for t in self.inputs]}
+        out: Dict[str, Any] = {"id": self.id, "model_name": self.model_name,
+                               "inputs": [t.to_dict() for t in self.inputs]}
         if self.parameters:
             out["parameters"] = self.parameters
         if self.request_outputs:
@@ -169,16 +171,14 @@ class InferRequest(InferMessage):
     def __repr__(self) -> str:
         return f"InferRequest(model_name={self.model_name!r}, id={self.id!r}, inputs={self.inputs!r})"
 
-    __hash__ = None
-
 
 class InferResponse(InferMessage):
     """A v2 inference response: id, model name, output tensors and parameters."""
 
     def __init__(
         self,
-        response_id: str,
-        model_name: str,
+        response_id: Optional[str],
+        model_name: Optional[str],
         infer_outputs: List[InferOutput],
         model_version: Optional[str] = None,
         raw_outputs: Optional[List[bytes]] = None,
@@ -192,11 +192,12 @@ class InferResponse(InferMessage):
         self.model_version = model_version
         self.outputs = infer_outputs
         self.parameters = parameters
-        self.from_grpc = from_grpc
+        # KServe's API: the instance's flag shadows the classmethod of the same name, which builds a response
+        self.from_grpc = from_grpc  # type: ignore[method-assign,assignment]
         self._use_binary_outputs = bool(use_binary_outputs)
         self._requested_outputs = requested_outputs
         if raw_outputs:
-            for tensor, raw in zip(infer_outputs, raw_outputs):
+            for tensor, raw in zip(infer_outputs, raw_outputs, strict=False):
                 tensor._raw_data = raw
 
     @classmethod
@@ -261,7 +262,8 @@ class InferResponse(InferMessage):
 
     def to_dict(self) -> Dict:
         """The response as a v2 JSON object."""
-        out = {"id": self.id, "model_name": self.model_name, "outputs": [t.to_dict() for t in self.outputs]}
+        out: Dict[str, Any] = {"id": self.id, "model_name": self.model_name,
+                               "outputs": [t.to_dict() for t in self.outputs]}
         if self.model_version:
             out["model_version"] = self.model_version
         if self.parameters:
@@ -274,5 +276,3 @@ class InferResponse(InferMessage):
 
     def __repr__(self) -> str:
         return f"InferResponse(model_name={self.model_name!r}, id={self.id!r}, outputs={self.outputs!r})"
-
-    __hash__ = None

@@ -78,7 +78,7 @@ class ONNXModel(kserve.Model):
         wanted = self._requested_outputs(payload)
         results = self._run(self._v2_feeds(payload), wanted)
         binary = payload.use_binary_outputs
-        outputs = [self._output(name, array, binary) for name, array in zip(wanted, results)]
+        outputs = [self._output(name, array, binary) for name, array in zip(wanted, results, strict=True)]
         return kserve.InferResponse(response_id=payload.id or generate_uuid(), model_name=self.name,
                                     infer_outputs=outputs, use_binary_outputs=binary,
                                     requested_outputs=payload.request_outputs)
@@ -121,8 +121,8 @@ class ONNXModel(kserve.Model):
         names = [spec["name"] for spec in self._outputs]
         lists = [array.tolist() for array in results]
         if len({len(values) for values in lists}) != 1:  # outputs without a common batch dimension
-            return dict(zip(names, lists))
-        return [dict(zip(names, row)) for row in zip(*lists)]
+            return dict(zip(names, lists, strict=True))
+        return [dict(zip(names, row, strict=True)) for row in zip(*lists, strict=True)]
 
     def _requested_outputs(self, request: kserve.InferRequest) -> List[str]:
         names = [spec["name"] for spec in self._outputs]
@@ -143,7 +143,7 @@ class ONNXModel(kserve.Model):
     def _checked(self, spec: Dict, array: np.ndarray) -> np.ndarray:
         """``array`` as the graph's datatype, once its rank and fixed dimensions match the graph's."""
         name, shape, datatype = spec["name"], spec["shape"], spec["datatype"]
-        if array.ndim != len(shape) or any(want not in (-1, got) for want, got in zip(shape, array.shape)):
+        if array.ndim != len(shape) or any(want not in (-1, got) for want, got in zip(shape, array.shape, strict=True)):
             raise InvalidInput(f"input {name}: expected shape {shape} (-1: any size), got {list(array.shape)}")
         if datatype == "BYTES":
             return _as_text(array)
@@ -158,7 +158,7 @@ class ONNXModel(kserve.Model):
         """``feeds``, once the dimensions the graph names alike (``n`` of x and of w) have one size."""
         sizes: Dict[str, tuple] = {}
         for name, array in feeds.items():
-            for symbol, size in zip(self._symbols[name], array.shape):
+            for symbol, size in zip(self._symbols[name], array.shape, strict=False):
                 if isinstance(symbol, str):
                     first = sizes.setdefault(symbol, (name, size))
                     if first[1] != size:

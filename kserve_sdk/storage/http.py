@@ -10,7 +10,6 @@ import base64
 import http.client
 import json
 import os
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -64,7 +63,7 @@ def _fetch_once(uri: str, headers: Dict[str, str], dest: str, timeout: float) ->
         raise StorageError(cause) from e
     except urllib.error.URLError as e:
         raise _Retryable(f"cannot reach {host}: {e.reason}") from e
-    except (socket.timeout, TimeoutError, ConnectionError, http.client.HTTPException) as e:
+    except (TimeoutError, ConnectionError, http.client.HTTPException) as e:
         raise _Retryable(f"cannot reach {host}: {type(e).__name__}: {e}") from e
     with response:
         name = _file_name(response, uri)
@@ -83,7 +82,7 @@ def _fetch_once(uri: str, headers: Dict[str, str], dest: str, timeout: float) ->
         except http.client.IncompleteRead as e:
             received += len(e.partial)
             raise _Retryable(f"{name}: connection closed after {received} of {expected} bytes") from e
-        except (socket.timeout, TimeoutError, ConnectionError, http.client.HTTPException) as e:
+        except (TimeoutError, ConnectionError, http.client.HTTPException) as e:
             raise _Retryable(f"{name}: {type(e).__name__} after {received} bytes: {e}") from e
         if expected is not None and received != expected:
             raise _Retryable(f"{name}: received {received} bytes, Content-Length says {expected}")

@@ -1,5 +1,6 @@
 """KServe's ``kserve.utils.utils`` helpers that custom models use."""
 import os
+
 # Request ids need to be unique, not secret: the global generator (re-seeded in every forked worker).
 from random import getrandbits as _getrandbits
 from typing import Dict, List, Optional, Union
@@ -82,8 +83,9 @@ def get_predict_input(payload: Union[Dict, InferRequest], columns: Optional[List
         if content_type == "pd":
             return payload.as_dataframe()
         first = payload.inputs[0]
-        if first.datatype == "BYTES" and isinstance(first._data, list) and first._data and isinstance(first._data[0], str):
-            return first._data
+        data = first._data
+        if first.datatype == "BYTES" and isinstance(data, list) and data and isinstance(data[0], str):
+            return data
         return first.as_numpy()
     raise InvalidInput(f"unsupported payload type {type(payload).__name__}")
 

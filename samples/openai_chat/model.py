@@ -19,6 +19,7 @@ import os
 import random
 import re
 from collections import Counter, defaultdict
+from itertools import pairwise
 from typing import AsyncIterator, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -26,11 +27,26 @@ from sklearn.feature_extraction.text import HashingVectorizer
 
 import kserve_sdk as kserve
 from kserve_sdk.errors import InvalidInput
-from kserve_sdk.protocol.rest.openai import (ChatCompletionRequest, ChatPrompt, CompletionRequest,
-                                             OpenAIChatAdapterModel, OpenAIEncoderModel)
-from kserve_sdk.protocol.rest.openai.types import (Completion, CompletionChoice, CompletionChunk,
-                                                   CompletionChunkChoice, Embedding, EmbeddingResponseData, Rerank,
-                                                   RerankDocument, RerankResult, RerankUsage, UsageInfo)
+from kserve_sdk.protocol.rest.openai import (
+    ChatCompletionRequest,
+    ChatPrompt,
+    CompletionRequest,
+    OpenAIChatAdapterModel,
+    OpenAIEncoderModel,
+)
+from kserve_sdk.protocol.rest.openai.types import (
+    Completion,
+    CompletionChoice,
+    CompletionChunk,
+    CompletionChunkChoice,
+    Embedding,
+    EmbeddingResponseData,
+    Rerank,
+    RerankDocument,
+    RerankResult,
+    RerankUsage,
+    UsageInfo,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORD = re.compile(r"[\w']+|[.,:;!?]")
@@ -44,11 +60,11 @@ class MarkovChain:
         words = WORD.findall(text.lower())
         self.after_two: Dict[Tuple[str, str], Counter] = defaultdict(Counter)
         self.after_one: Dict[str, Counter] = defaultdict(Counter)
-        for a, b, c in zip(words, words[1:], words[2:]):
+        for a, b, c in zip(words, words[1:], words[2:], strict=False):  # the word triples
             self.after_two[(a, b)][c] += 1
-        for a, b in zip(words, words[1:]):
+        for a, b in pairwise(words):
             self.after_one[a][b] += 1
-        starts = Counter(b for a, b in zip(["."] + words, words) if a in SENTENCE_END)
+        starts = Counter(b for a, b in pairwise(["."] + words) if a in SENTENCE_END)
         self.first_word = starts.most_common(1)[0][0]
 
     def options(self, history: List[str]) -> Counter:

@@ -15,6 +15,7 @@ import asyncio
 import os
 import re
 from collections import Counter, defaultdict
+from itertools import pairwise
 
 import numpy as np
 
@@ -38,7 +39,7 @@ class BigramTextModel(kserve.Model):
         with open(self.corpus) as f:
             words = WORD.findall(f.read().lower())
         counts = defaultdict(Counter)
-        for word, following in zip(words, words[1:]):
+        for word, following in pairwise(words):
             counts[word][following] += 1
         # most frequent first; among equals, the one seen first in the corpus (Counter keeps that order)
         self.successors = {word: [w for w, _ in c.most_common()] for word, c in counts.items()}

@@ -4,7 +4,7 @@ Raw contents become tensors read through numpy views; typed contents are checked
 and datatype. Every problem in a client's message raises InvalidInput (gRPC INVALID_ARGUMENT).
 """
 from math import prod
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Type
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Type, TypeVar
 
 import numpy as np
 
@@ -17,6 +17,8 @@ from . import grpc_predict_v2_pb2 as pb
 
 if TYPE_CHECKING:  # for the annotations only: infer_type's classes call this module
     from ..infer_type import InferRequest, InferResponse
+
+TensorT = TypeVar("TensorT", bound=Tensor)  # InferInput or InferOutput
 
 
 class Undecodable:
@@ -143,7 +145,7 @@ def _typed_contents(tensor: Tensor, contents) -> Optional[np.ndarray]:
     return flat
 
 
-def _tensors_from_grpc(entries, raws, cls, kind: str) -> List[Tensor]:
+def _tensors_from_grpc(entries, raws, cls: Type[TensorT], kind: str) -> List[TensorT]:
     # Tensors in shared memory may have no raw content: then the raw contents belong to the others, in order.
     aligned = len(raws) == len(entries)
     if raws and not aligned:
@@ -151,7 +153,8 @@ def _tensors_from_grpc(entries, raws, cls, kind: str) -> List[Tensor]:
         if len(raws) != in_place:
             raise InvalidInput(f"{len(raws)} raw {kind} contents given for {in_place} {kind}s")
     next_raw = iter(raws).__next__
-    tensors, seen = [], set()
+    tensors: List[TensorT] = []
+    seen = set()
     for entry in entries[:]:  # a slice of a repeated field is a list at once; iterating it is slower
         name, datatype, params = entry.name, entry.datatype, parameters_to_dict(entry.parameters)
         shape = check_tensor_header(name, entry.shape[:], datatype)
@@ -214,7 +217,8 @@ def _tensor_message(msg, tensor: Tensor, raw: bool, raws) -> None:
     msg.shape.extend(tensor.shape)
     params = tensor.parameters
     if params:
-        fill_parameters(msg.parameters, {k: v for k, v in params.items() if k not in ("binary_data_size", "binary_data")})
+        fill_parameters(msg.parameters,
+                        {k: v for k, v in params.items() if k not in ("binary_data_size", "binary_data")})
     if params and SHM_REGION in params:
         if raw:
             raws.append(b"")  # clients find an output's raw content by its index

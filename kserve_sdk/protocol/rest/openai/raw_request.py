@@ -143,7 +143,8 @@ class RawRequest(Mapping[str, Any]):
                  body: bytes, client: Optional[Address], server: Callable[[], Optional[Tuple[str, int]]],
                  gone: Callable[[], bool], http_version: str = "1.1",
                  header_pairs: Optional[Callable[[], Iterable[Tuple[str, str]]]] = None):
-        self.method, self.client, self.path_params = method, client, {}
+        self.method, self.client = method, client
+        self.path_params: Dict[str, Any] = {}
         self._header_pairs = header_pairs
         self._scheme, self._host, self._path, self._query = scheme, host, path, query
         self._headers, self._body, self._server, self._gone = headers, body, server, gone

@@ -6,9 +6,23 @@ A model serves ``POST /v1/timeseries/forecast`` by subclassing ``kserve_sdk.Time
 v2 does not.
 """
 from .error import TimeSeriesError, create_error_response
-from .types import (FREQUENCY_MAP, Error, ErrorResponse, ForecastOptions, ForecastOutput, ForecastRequest,
-                    ForecastResponse, Frequency, Metadata, Status, TimeSeries, TimeSeriesForecast, TimeSeriesInput,
-                    TimeSeriesType, Usage)
+from .types import (
+    FREQUENCY_MAP,
+    Error,
+    ErrorResponse,
+    ForecastOptions,
+    ForecastOutput,
+    ForecastRequest,
+    ForecastResponse,
+    Frequency,
+    Metadata,
+    Status,
+    TimeSeries,
+    TimeSeriesForecast,
+    TimeSeriesInput,
+    TimeSeriesType,
+    Usage,
+)
 
 __all__ = [
     "ForecastRequest", "ForecastResponse", "TimeSeriesType", "TimeSeriesInput", "ForecastOptions", "Frequency",

@@ -4,19 +4,58 @@ values, so model code written for KServe builds and reads them unchanged.
 
 Importing this package imports pydantic: a server imports it only when it serves an OpenAI model.
 """
-from .chat import (ChatCompletion, ChatCompletionChoice, ChatCompletionChunk, ChatCompletionLogProb,
-                   ChatCompletionLogProbs, ChatCompletionLogProbsContent, ChatCompletionRequest,
-                   ChatCompletionToolsParam, ChatMessage, ChoiceDelta, ChunkChoice, DeltaFunctionCall, DeltaToolCall,
-                   FunctionCall, FunctionDefinition, ToolCall)
-from .common import (Error, ErrorResponse, Model, ModelList, OpenAIBaseModel, PromptTokenUsageInfo, StreamOptions,
-                     UsageInfo)
-from .completion import (Completion, CompletionChoice, CompletionChunk, CompletionChunkChoice, CompletionLogProbs,
-                         CompletionRequest)
-from .embedding import (Embedding, EmbeddingChatRequest, EmbeddingCompletionRequest, EmbeddingRequest,
-                        EmbeddingResponseData)
-from .messages import (ChatCompletionAssistantMessageParam, ChatCompletionContentPartParam,
-                       ChatCompletionContentPartTextParam, ChatCompletionMessageParam, ChatCompletionToolMessageParam,
-                       ConversationMessage, CustomChatCompletionMessageParam)
+from .chat import (
+    ChatCompletion,
+    ChatCompletionChoice,
+    ChatCompletionChunk,
+    ChatCompletionLogProb,
+    ChatCompletionLogProbs,
+    ChatCompletionLogProbsContent,
+    ChatCompletionRequest,
+    ChatCompletionToolsParam,
+    ChatMessage,
+    ChoiceDelta,
+    ChunkChoice,
+    DeltaFunctionCall,
+    DeltaToolCall,
+    FunctionCall,
+    FunctionDefinition,
+    ToolCall,
+)
+from .common import (
+    Error,
+    ErrorResponse,
+    Model,
+    ModelList,
+    OpenAIBaseModel,
+    PromptTokenUsageInfo,
+    StreamOptions,
+    UsageInfo,
+)
+from .completion import (
+    Completion,
+    CompletionChoice,
+    CompletionChunk,
+    CompletionChunkChoice,
+    CompletionLogProbs,
+    CompletionRequest,
+)
+from .embedding import (
+    Embedding,
+    EmbeddingChatRequest,
+    EmbeddingCompletionRequest,
+    EmbeddingRequest,
+    EmbeddingResponseData,
+)
+from .messages import (
+    ChatCompletionAssistantMessageParam,
+    ChatCompletionContentPartParam,
+    ChatCompletionContentPartTextParam,
+    ChatCompletionMessageParam,
+    ChatCompletionToolMessageParam,
+    ConversationMessage,
+    CustomChatCompletionMessageParam,
+)
 from .rerank import Rerank, RerankDocument, RerankRequest, RerankResult, RerankUsage
 from .response_format import JsonSchemaResponseFormat, ResponseFormat
 from .sampling import SamplingRequest
