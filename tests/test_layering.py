@@ -1,9 +1,12 @@
 """The import graph of kserve_sdk, read from every module's own import statements (those inside functions
-too; not those under ``if TYPE_CHECKING:``, which never run): no cycles, and the wire vocabulary
-(kserve_sdk/protocol/) never reaches up into the handlers."""
+too; not those under ``if TYPE_CHECKING:``, which never run) and from the module paths a module hands to
+``importlib.import_module`` as strings: no cycles, and the package rules of docs/architecture.md (the core
+never imports a feature package, the wire vocabulary imports no model or handler, only the entry layer
+imports ``server/``)."""
 import ast
+import functools
 import os
-from typing import Dict, List, Set
+from typing import Dict, Iterable, List, Set
 
 from conftest import ROOT
 
@@ -57,8 +60,45 @@ def _targets(module: str, is_package: bool, node: ast.stmt, known: Set[str]) -> 
     return targets
 
 
-def import_graph() -> Dict[str, Set[str]]:
-    """Module -> the package's modules it imports (itself excluded)."""
+def _calls_import_module(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    return (isinstance(func, ast.Attribute) and func.attr == "import_module") or (
+        isinstance(func, ast.Name) and func.id == "import_module")
+
+
+def _string_targets(module: str, is_package: bool, tree: ast.AST, known: Set[str]) -> Set[str]:
+    """The package's modules a module that calls ``importlib.import_module`` names in its strings (a table of
+    lazy imports): absolute (``"kserve_sdk.x"``) or relative (``".x"``, read against the ``package`` argument of
+    such a call, or the module's own package)."""
+    calls = [node for node in ast.walk(tree) if _calls_import_module(node)]
+    if not calls:
+        return set()
+    anchors = {module if is_package else module.rpartition(".")[0]}
+    for call in calls:
+        if len(call.args) > 1 and isinstance(call.args[1], ast.Constant) and isinstance(call.args[1].value, str):
+            anchors.add(call.args[1].value)
+    targets = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+            continue
+        text = node.value
+        name = text.lstrip(".")
+        if text == name:
+            targets |= {text} & known
+        elif name:
+            level = len(text) - len(name)
+            for anchor in anchors:
+                parts = anchor.split(".")
+                targets |= {".".join(parts[:len(parts) - level + 1] + [name])} & known
+    return targets
+
+
+@functools.lru_cache(maxsize=None)
+def import_graph(with_strings: bool = False) -> Dict[str, Set[str]]:
+    """Module -> the package's modules it imports (itself excluded); ``with_strings`` adds the modules it
+    imports lazily through ``importlib.import_module`` strings. (Read once per test run: do not change it.)"""
     names = _module_names()
     known = set(names)
     graph = {}
@@ -69,6 +109,8 @@ def import_graph() -> Dict[str, Set[str]]:
         edges = set()
         for node in _import_nodes(tree):
             edges |= _targets(module, is_package, node, known)
+        if with_strings:
+            edges |= _string_targets(module, is_package, tree, known)
         graph[module] = edges - {module}
     return graph
 
@@ -134,3 +176,117 @@ def test_protocol_and_clients_modules_import_no_cycle_and_protocol_no_handler():
     upward = {m: sorted(t for t in graph[m] if t.startswith("kserve_sdk.handlers"))
               for m in layered if m.startswith("kserve_sdk.protocol")}
     assert {m: t for m, t in upward.items() if t} == {}
+
+
+# --- the package rules (docs/architecture.md) ------------------------------------------------------------------
+#: The feature packages: each holds one feature's models, its data-plane glue and its REST API.
+FEATURES = ("kserve_sdk.openai", "kserve_sdk.timeseries")
+
+#: The entry layer builds everything below it, so it may import anything.
+ENTRY_MODULES = {
+    "kserve_sdk": "the top package: KServe's ``import kserve`` names, ``TimeSeriesModel`` among them",
+    "kserve_sdk.model_server": "ModelServer: builds the data plane, the APIs and the servers",
+    "kserve_sdk.__main__": "``python -m kserve_sdk script.py``: runs a KServe script under the import alias",
+    "kserve_sdk.as_kserve": "``import kserve_sdk.as_kserve``: installs the import alias",
+}
+ENTRY_PACKAGES = ("kserve_sdk.server",)
+
+#: KServe's import paths where a module moved: thin re-exports, allowed to reach what they re-export.
+REEXPORTS = {
+    "kserve_sdk.protocol.rest.openai": "KServe's ``kserve.protocol.rest.openai``: loads the OpenAI model classes "
+                                       "of openai/ lazily, through importlib strings",
+    "kserve_sdk.protocol.dataplane": "KServe's ``kserve.protocol.dataplane``: re-exports DataPlane",
+}
+
+#: Triton's REST routes (statistics, configuration, settings, shared memory): the one wire-API module of triton/.
+TRITON_API = "kserve_sdk.triton.api"
+
+#: What the wire vocabulary may import of the package (besides itself): the base it is built on.
+PROTOCOL_BASE = ("kserve_sdk.protocol", "kserve_sdk.errors", "kserve_sdk.utils", "kserve_sdk.constants",
+                 "kserve_sdk.logging")
+
+
+def _within(module: str, packages: Iterable[str]) -> bool:
+    return any(module == package or module.startswith(package + ".") for package in packages)
+
+
+def _is_entry(module: str) -> bool:
+    return module in ENTRY_MODULES or _within(module, ENTRY_PACKAGES)
+
+
+def crossings(graph: Dict[str, Set[str]], importers: Iterable[str],
+              forbidden: Iterable[str]) -> Dict[str, List[str]]:
+    """Importer -> the forbidden modules it imports, for the importers that import any."""
+    forbidden = tuple(forbidden)
+    found = {module: sorted(t for t in graph[module] if _within(t, forbidden)) for module in importers}
+    return {module: targets for module, targets in found.items() if targets}
+
+
+def test_the_graph_reads_module_paths_handed_to_import_module():
+    graph = import_graph(with_strings=True)
+    shim = graph["kserve_sdk.protocol.rest.openai"]
+    assert {"kserve_sdk.openai.model", "kserve_sdk.openai.chat_adapter", "kserve_sdk.openai.proxy"} <= shim
+    assert "kserve_sdk.openai.model" not in import_graph()["kserve_sdk.protocol.rest.openai"]
+    # the checker itself names a crossing when there is one
+    toy = {"a.core": {"a.feature.x", "a.base"}, "a.feature.x": {"a.base"}, "a.base": set()}
+    assert crossings(toy, ["a.core", "a.base"], ["a.feature"]) == {"a.core": ["a.feature.x"]}
+
+
+def test_the_rules_name_packages_and_modules_that_exist():
+    graph = import_graph()
+    packages = set(graph)
+    named = (*FEATURES, *ENTRY_MODULES, *ENTRY_PACKAGES, *REEXPORTS, *PROTOCOL_BASE, "kserve_sdk.triton", TRITON_API)
+    for name in named:
+        assert name in packages, f"{name} is named by a rule of test_layering.py but is not a module"
+
+
+def test_the_core_never_imports_a_feature_package():
+    """Only the entry layer and the listed re-exports import openai/ or timeseries/: the core (the data
+    plane, the handlers, the models, ...) knows no feature by name."""
+    graph = import_graph(with_strings=True)
+    core = [m for m in graph if not _within(m, FEATURES) and not _is_entry(m) and m not in REEXPORTS]
+    assert crossings(graph, core, FEATURES) == {}
+
+
+def test_a_feature_package_never_imports_another():
+    graph = import_graph(with_strings=True)
+    for feature in FEATURES:
+        modules = [m for m in graph if _within(m, [feature])]
+        assert modules, feature
+        assert crossings(graph, modules, [f for f in FEATURES if f != feature]) == {}
+
+
+def test_protocol_imports_only_the_wire_vocabulary_and_the_base():
+    """protocol/ is types only: no model, handler, data plane or feature module, so the clients and the server
+    share it; the listed KServe import paths are the exceptions."""
+    graph = import_graph(with_strings=True)
+    protocol = [m for m in graph if _within(m, ["kserve_sdk.protocol"]) and m not in REEXPORTS]
+    allowed = {m for m in graph if _within(m, PROTOCOL_BASE)}
+    upward = {m: sorted(graph[m] - allowed) for m in protocol}
+    assert {m: t for m, t in upward.items() if t} == {}
+
+
+def test_triton_imports_no_handler_and_no_feature_package():
+    """triton/ holds Triton's protocol extensions for the v2 data plane: the core may import it, so it reaches
+    neither up into the handlers nor into a feature. Its REST API module (TRITON_API) is a wire API like
+    handlers/v2.py: it builds on the handlers, and only the entry layer imports it."""
+    graph = import_graph(with_strings=True)
+    triton = [m for m in graph if _within(m, ["kserve_sdk.triton"]) and m != TRITON_API]
+    assert len(triton) > 1
+    assert crossings(graph, triton, ("kserve_sdk.handlers", *FEATURES)) == {}
+    others = [m for m in graph if not _is_entry(m) and m != TRITON_API]
+    assert crossings(graph, others, [TRITON_API]) == {}
+
+
+def test_only_the_entry_layer_imports_server():
+    graph = import_graph(with_strings=True)
+    others = [m for m in graph if not _is_entry(m)]
+    assert crossings(graph, others, ENTRY_PACKAGES) == {}
+
+
+def test_each_listed_reexport_is_still_needed():
+    """A re-export module on the list reaches outside protocol/'s base: once it does not, it leaves the list."""
+    graph = import_graph(with_strings=True)
+    for module in REEXPORTS:
+        assert graph[module] - {m for m in graph if _within(m, PROTOCOL_BASE)}, (
+            f"{module} imports only the wire vocabulary and the base now: take it off REEXPORTS")
