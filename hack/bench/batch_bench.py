@@ -15,11 +15,10 @@ import http.client
 import re
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
-import orjson
-
 import benchlib
 import http_bench
+import numpy as np
+import orjson
 from benchlib import HERE, HOST, MODEL, REPO, Case
 
 CASES = [Case("v2-json-16", 64, "v2json", 16)]
@@ -34,7 +33,8 @@ def make_targets(names, args, workdir):
             raise SystemExit(f"unknown target {name!r}; known: {', '.join(TARGETS)}")
         http_port, grpc_port = benchlib.free_ports(2)
         cmd = [args.python, f"{HERE}/batch_model.py", "--model_name", MODEL, "--http_port", str(http_port),
-               "--grpc_port", str(grpc_port), "--enable_grpc", "false", "--cost_ms", str(args.cost_ms), "--slots", str(args.slots)]
+               "--grpc_port", str(grpc_port), "--enable_grpc", "false", "--cost_ms", str(args.cost_ms),
+               "--slots", str(args.slots)]
         slots = f"{args.slots} at a time" if args.slots > 0 else "as many at a time as the thread pool runs"
         desc = f"kserve_sdk, sync predict sleeping {args.cost_ms:g} ms per call, {slots}"
         if name == "batch-on":
@@ -105,7 +105,7 @@ def histogram_delta(before, after):
     les = sorted(after)
     cum = [after[le] - before.get(le, 0) for le in les]
     per, lo = [], 1
-    for le, c, prev in zip(les, cum, [0] + cum[:-1]):
+    for le, c, prev in zip(les, cum, [0] + cum[:-1], strict=False):  # [0] + [] when empty
         label = f">{lo - 1}" if le == float("inf") else (f"{lo}" if lo == int(le) else f"{lo}-{int(le)}")
         if c - prev:
             per.append((label, int(c - prev)))

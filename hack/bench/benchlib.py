@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
+# The kserve_sdk tree that target "ours" runs (PYTHONPATH, cwd): this repo, or BENCH_SDK_TREE (another
+# checkout, e.g. a git worktree of an older commit, measured by this same harness).
+REPO = os.path.abspath(os.environ.get("BENCH_SDK_TREE") or os.path.dirname(os.path.dirname(HERE)))
 HOST = "127.0.0.1"
 MODEL = "addone"
 ALL_TARGETS = ["bare", "ours", "kserve", "mlserver", "litserve", "bentoml"]
@@ -348,14 +350,15 @@ def build_targets(names, args, workdir, proto, unsupported=None, *, model=MODEL,
                                    env={**os.environ, **t.env}, capture_output=True, text=True)
                 if r.returncode != 0:
                     t.unavailable = "kserve_sdk does not import:\n" + (r.stderr or r.stdout).strip()
-                t.desc = f"kserve_sdk (this repo), {flags}"
+                t.desc = f"kserve_sdk ({REPO}), {flags}"
             else:
                 py = os.path.join(args.venvs, "kserve", "bin", "python")
                 t.env = {"BENCH_IMPL": "kserve"}
                 t.cmd = [py] + model_args
                 ver = venv_version(py, "kserve") if os.path.exists(py) else None
                 if ver is None:
-                    t.unavailable = f"no kserve in {os.path.dirname(os.path.dirname(py))}: run hack/bench/setup_peers.sh"
+                    t.unavailable = (f"no kserve in {os.path.dirname(os.path.dirname(py))}: "
+                                     "run hack/bench/setup_peers.sh")
                 t.desc = f"kserve {ver}, {flags}" + ("" if grpc else " (uvicorn, workers=1)")
         elif name == "mlserver":
             exe = os.path.join(args.venvs, "mlserver", "bin", "mlserver")
@@ -377,10 +380,11 @@ def build_targets(names, args, workdir, proto, unsupported=None, *, model=MODEL,
             # MLServer starts gRPC and REST together; the model-ready REST route
             # is the one that waits for the model to load.
             ready_http = http_ready(f"/v2/models/{model}/ready", port=http_port)
-            t.ready = (lambda tgt: ready_http(tgt) and grpc_ready(tgt)) if use_grpc else ready_http
+            # ready_http bound now: the lambda runs after the loop has moved on to other targets
+            t.ready = (lambda tgt, http=ready_http: http(tgt) and grpc_ready(tgt)) if use_grpc else ready_http
             t.desc = f"mlserver {ver}, parallel_workers={settings.get('parallel_workers')}"
         elif name in ("litserve", "bentoml"):
-            import peers   # here, not at the top: peers.py uses this module's helpers
+            import peers  # here, not at the top: peers.py uses this module's helpers
             peers.configure(t, args, workdir, proto, peer_api)
         else:
             raise SystemExit(f"unknown target {name!r}; known: {', '.join(ALL_TARGETS)}")
@@ -554,7 +558,7 @@ def paired_ratio(row, base):
     """row's req/s over base's: the median of the rounds' ratios, each round's two rates measured back to
     back, so a busy spell of the machine moves one round's ratio rather than one target's median. Rows
     without the same rated rounds (one round, an error in one) fall back to the two medians' ratio."""
-    pairs = [a / b for a, b in zip(row.round_rps, base.round_rps) if a and b]
+    pairs = [a / b for a, b in zip(row.round_rps, base.round_rps, strict=False) if a and b]
     if len(pairs) < 2 or len(pairs) != len(row.round_rps) or len(pairs) != len(base.round_rps):
         return row.rps / base.rps
     return statistics.median(pairs)

@@ -31,7 +31,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.dirname(os.path.dirname(HERE)), HERE]
+sys.path[:0] = [os.environ.get("BENCH_SDK_TREE") or os.path.dirname(os.path.dirname(HERE)), HERE]
 
 
 class _Context:
@@ -48,13 +48,13 @@ class _Context:
 def servicers():
     """{"ours": (servicer, request class), "bare": (...)} for the add-one model."""
     sys.argv = [sys.argv[0], "--model_name", "addone"]
+    import addone_model
+    import bare_grpc
+
     import kserve_sdk
     from kserve_sdk import executor, metrics
     from kserve_sdk.handlers.grpc import InferenceServicer
     from kserve_sdk.protocol.grpc import grpc_predict_v2_pb2 as pb
-
-    import addone_model
-    import bare_grpc
 
     model = addone_model.AddOne("addone")
     model.load()
@@ -91,7 +91,7 @@ async def calls(servicer, message_class, data: bytes, count: int) -> float:
 
 def cpu_per_call() -> None:
     data, served = request_bytes(), servicers()
-    for name, (servicer, cls) in served.items():
+    for servicer, cls in served.values():
         asyncio.run(calls(servicer, cls, data, 2000))  # warm-up
     for name, (servicer, cls) in served.items():
         runs = [asyncio.run(calls(servicer, cls, data, 3000)) / 3000 * 1e6 for _ in range(7)]

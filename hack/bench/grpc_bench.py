@@ -28,9 +28,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
 import benchlib
+import numpy as np
 from benchlib import HERE, HOST, MODEL, Case, LoadResult
 
 METHOD = "/inference.GRPCInferenceService/ModelInfer"

@@ -23,10 +23,9 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+import benchlib
 import numpy as np
 import orjson
-
-import benchlib
 from benchlib import HERE, HOST, MODEL, Case, LoadResult
 
 HDR = "Inference-Header-Content-Length"

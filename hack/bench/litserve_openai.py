@@ -9,7 +9,6 @@ import argparse
 
 import litserve as ls
 from litserve.specs.openai import OpenAISpec
-
 from token_source import tokens
 
 

@@ -30,10 +30,9 @@ import sys
 import tempfile
 import time
 
-import orjson
-
 import benchlib
 import http_bench
+import orjson
 from benchlib import HOST, MODEL
 
 TARGETS = ["ours", "kserve"]
@@ -92,7 +91,7 @@ def on_fresh_server(name, args, workdir, measure, *extra):
     try:
         t = start(name, args, workdir, *extra)
         return measure(t)
-    except (RuntimeError, OSError, asyncio.TimeoutError) as e:
+    except (TimeoutError, RuntimeError, OSError) as e:
         return {"note": f"{type(e).__name__}: {e}"}
     finally:
         if t is not None:
@@ -159,7 +158,7 @@ async def open_idle(port, count, parallel=64):
                     conns.append(conn)
                     return
                 conn[1].close()
-            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
+            except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError):
                 pass
             failed[0] += 1
 
@@ -175,7 +174,7 @@ async def still_served(conns, parallel=64):
         async with gate:
             try:
                 return await one_request(conn)
-            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
+            except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError):
                 return False
 
     return sum(await asyncio.gather(*(one(c) for c in conns)))

@@ -15,11 +15,9 @@ Prints stream_client.py's `STREAM_RESULT {json}` line.
 """
 import asyncio
 import json
-
 import re
 
 import orjson
-
 import stream_client
 from stream_client import Problem, SSEConnection
 

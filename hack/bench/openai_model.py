@@ -11,9 +11,8 @@
 import time
 import uuid
 
-import orjson
-
 import kserve
+import orjson
 from kserve.protocol.rest.openai import OpenAIGenerativeModel
 from token_source import tokens
 

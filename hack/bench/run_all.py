@@ -291,8 +291,9 @@ def machine_info(opts):
     dirty = command_output(["git", "-C", REPO, "status", "--porcelain", "--", "kserve_sdk"])
     return {
         "cores": os.cpu_count(), "loadavg_at_start": os.getloadavg(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "kernel": platform.release(), "python": platform.python_version(),
+        "kserve_sdk_tree": REPO,
         "kserve_sdk_commit": command_output(["git", "-C", REPO, "rev-parse", "--short", "HEAD"]),
         "kserve_sdk_uncommitted_changes": bool(dirty),
         "kserve": benchlib.venv_version(venv_py.format("kserve"), "kserve")
@@ -301,7 +302,8 @@ def machine_info(opts):
            else None for name in ("mlserver", "litserve", "bentoml")},
         "numpy": benchlib.venv_version(opts.python, "numpy"),
         "tritonclient": benchlib.venv_version(opts.python, "tritonclient"),
-        "wrk": (command_output(["wrk", "-v"]) or "").split(" Copyright")[0] or None, "h2load": command_output(["h2load", "--version"]),
+        "wrk": (command_output(["wrk", "-v"]) or "").split(" Copyright")[0] or None,
+        "h2load": command_output(["h2load", "--version"]),
     }
 
 

@@ -23,11 +23,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-import numpy as np
-import orjson
-
 import benchlib
 import http_bench
+import numpy as np
+import orjson
 from benchlib import HOST, REPO, Case, Target
 
 MODEL = "iris"

@@ -5,6 +5,8 @@
 #
 #   BENCH_VENVS   where the venvs go (default /tmp/bench-venvs)
 #   PYTHON        interpreter to build them with (default python3.11)
+#   BENCH_PEERS   which venvs to make, space separated (default: all of
+#                 "kserve mlserver litserve bentoml kserve-llm tools"), e.g. BENCH_PEERS=kserve
 set -euo pipefail
 
 VENVS="${BENCH_VENVS:-/tmp/bench-venvs}"
@@ -15,13 +17,18 @@ LITSERVE_VERSION="${LITSERVE_VERSION:-0.2.19}"
 BENTOML_VERSION="${BENTOML_VERSION:-1.4.40}"
 PY_SPY_VERSION="${PY_SPY_VERSION:-0.4.3}"
 
+PEERS=" ${BENCH_PEERS:-kserve mlserver litserve bentoml kserve-llm tools} "
+
 mkdir -p "$VENVS"
 status=0
+
+wanted() { [[ "$PEERS" == *" $1 "* ]]; }
 
 # make_venv NAME DIST[EXTRAS] VERSION [EXTRA_PIP_ARGS...]
 make_venv() {
     local name="$1" spec="$2" version="$3"; shift 3
     local dist="${spec%%\[*}" dir="$VENVS/$name"
+    wanted "$name" || return 0
     if [ -x "$dir/bin/python" ] && "$dir/bin/python" - "$dist" "$version" <<'PY' 2>/dev/null
 import sys
 from importlib.metadata import version
@@ -56,7 +63,7 @@ make_venv kserve-llm "kserve[llm]" "$KSERVE_VERSION"
 # this repo's scikit-learn (the test extra's pin) writes. pip leaves what is already there alone.
 add_to_venv() {
     local dir="$VENVS/$1"; shift
-    [ -x "$dir/bin/python" ] || return 0
+    wanted "$(basename "$dir")" && [ -x "$dir/bin/python" ] || return 0
     if ! "$dir/bin/python" -m pip install -q "$@"; then
         echo "[setup_peers] $(basename "$dir"): pip install $* FAILED" >&2
         status=1

@@ -219,7 +219,7 @@ async def run(args, sse_connection=SSEConnection):
                     stats["sample"] = stats["sample"] or f"stream {sid}: {e}"
                     if grpc_streams is None:
                         await conn.close()     # the rest of that body is unread
-                except (Exception, asyncio.TimeoutError) as e:  # noqa: BLE001 - counted and shown
+                except (TimeoutError, Exception) as e:  # noqa: BLE001 - counted and shown
                     stats["streams_failed"] += 1
                     stats["sample"] = stats["sample"] or f"stream {sid}: {type(e).__name__}: {e}"
                     if grpc_streams is None:

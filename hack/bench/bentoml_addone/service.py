@@ -1,7 +1,7 @@
 """The add-one model as a BentoML service, run from the `bentoml` venv of setup_peers.sh.
 
-    cd hack/bench/bentoml_addone && BENTOML_DO_NOT_TRACK=True /tmp/bench-venvs/bentoml/bin/bentoml serve service:AddOne \
-        --host 127.0.0.1 --port 8080
+    cd hack/bench/bentoml_addone && BENTOML_DO_NOT_TRACK=True \
+        /tmp/bench-venvs/bentoml/bin/bentoml serve service:AddOne --host 127.0.0.1 --port 8080
 
 POST /predict {"instances": [[...]]} -> {"predictions": [[... + 1]]}: one @bentoml.api, BentoML's
 natural JSON route (the method's name, its arguments as the JSON object's fields). Default service
