@@ -11,23 +11,18 @@ import secrets
 import subprocess
 import sys
 import threading
-import time
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Dict, List, NamedTuple
 
 import grpc
-import httpx
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from httpx_sse import connect_sse
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from conftest import ROOT, http_get, side_by_side
-from rawhttp import post_json, request
-
+from helpers import ROOT, eventually, http_get, post_json, read_sse, request, side_by_side
 from kserve_sdk.protocol.grpc import grpc_predict_v2_pb2 as pb
 from kserve_sdk.protocol.grpc.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 from kserve_sdk.tracing.config import TracingConfig, read_config
@@ -79,13 +74,11 @@ class Collector(trace_service_pb2_grpc.TraceServiceServicer):
 
     def wait(self, found: Callable[[], object], timeout: float = 30.0):
         """``found()``'s first truthy value, polled until ``timeout`` s (export runs every 50 ms)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = found()
-            if value:
-                return value
-            time.sleep(0.05)
-        raise AssertionError(f"not exported within {timeout}s; spans: {[(s.name, s.trace_id) for s in self.spans]}")
+        try:
+            return eventually(found, timeout)
+        except AssertionError:
+            spans = [(s.name, s.trace_id) for s in self.spans]
+            raise AssertionError(f"not exported within {timeout}s; spans: {spans}") from None
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +118,8 @@ def v2_request(model: str) -> pb.ModelInferRequest:
 def marker(collector: Collector, server) -> None:
     """A traced call to ``other``, waited for: the spans of every call answered before it are exported."""
     trace_id, _, traceparent = new_trace()
-    assert post_json(server.http_port, "/v1/models/other:predict", {"instances": [1]}, {"traceparent": traceparent})[0] == 200
+    assert post_json(server.http_port, "/v1/models/other:predict", {"instances": [1]},
+                     {"traceparent": traceparent})[0] == 200
     collector.wait(lambda: collector.server_span_of(trace_id))
 
 
@@ -195,7 +189,8 @@ def test_grpc_traceparent_joins_the_trace_and_is_echoed(traced, collector):
     spans = collector.wait(lambda: len(collector.of(trace_id)) == 4 and collector.of(trace_id))
     server = server_span(spans)
     assert (server.name, server.parent, server.resource["service.name"]) == ("grpc ModelInfer", client_span, "traced")
-    assert server.attributes == {"kserve.protocol": "grpc", "kserve.endpoint": "ModelInfer", "kserve.model_name": "echo",
+    assert server.attributes == {"kserve.protocol": "grpc", "kserve.endpoint": "ModelInfer",
+                                 "kserve.model_name": "echo",
                                  "kserve.request_id": "grpc-traced", "kserve.status": "OK"}
     assert echoed == f"00-{trace_id}-{server.span_id}-01"
     assert sorted(s.name for s in spans if s.parent == server.span_id) == ["postprocess", "predict", "preprocess"]
@@ -213,13 +208,10 @@ def test_a_failed_call_is_an_error_span_with_its_message(traced, collector):
 
 def test_a_stream_is_one_span_with_its_chunk_count(traced, collector):
     trace_id, client_span, traceparent = new_trace()
-    with httpx.Client(base_url=traced.url, timeout=30) as client:
-        with connect_sse(client, "POST", "/v2/models/tokens/generate_stream",
-                         json={"text_input": "a b c", "parameters": {"delay_ms": 0}},
-                         headers={"traceparent": traceparent}) as source:
-            assert source.response.headers["traceparent"].startswith(f"00-{trace_id}-")
-            events = [json.loads(event.data) for event in source.iter_sse()]
-    assert [e["text_output"] for e in events] == ["a", " b", " c"]
+    headers, events = read_sse(traced.url, "/v2/models/tokens/generate_stream",
+                               {"text_input": "a b c", "parameters": {"delay_ms": 0}}, {"traceparent": traceparent})
+    assert headers["traceparent"].startswith(f"00-{trace_id}-")
+    assert [data["text_output"] for _, data in events] == ["a", " b", " c"]
     grpc_trace, _, grpc_parent = new_trace()
     request = pb.ModelInferRequest(model_name="tokens")
     tensor = request.inputs.add(name="text_input", datatype="BYTES", shape=[1])
@@ -235,6 +227,40 @@ def test_a_stream_is_one_span_with_its_chunk_count(traced, collector):
         client_span, "generate_stream", 3)
     over_grpc = server_span(collector.of(grpc_trace))
     assert (over_grpc.name, over_grpc.attributes["kserve.stream.chunks"]) == ("grpc ModelStreamInfer", 4)
+
+
+def tokens_request(text: str) -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="tokens")
+    request.inputs.add(name="text_input", datatype="BYTES", shape=[1]).contents.bytes_contents.append(text.encode())
+    request.parameters["delay_ms"].int64_param = 0
+    return request
+
+
+def stream_metadata(server, texts: List[str], traceparent: str) -> tuple:
+    """(initial metadata, answers) of a ModelStreamInfer of one tokens request per text."""
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        call = GRPCInferenceServiceStub(channel).ModelStreamInfer(
+            iter([tokens_request(text) for text in texts]),
+            metadata=(("traceparent", traceparent), ("x-request-id", "stream-traced")), timeout=30)
+        answers = list(call)
+        return dict(call.initial_metadata()), answers
+
+
+def test_a_grpc_stream_answers_the_traceparent_of_its_first_call(traced, collector):
+    trace_id, client_span, traceparent = new_trace()
+    metadata, answers = stream_metadata(traced, ["x y", "a b c"], traceparent)
+    assert len(answers) == 5 and not any(a.error_message for a in answers)
+    spans = collector.wait(lambda: len(collector.server_span_of(trace_id)) == 2 and collector.server_span_of(trace_id))
+    (first,) = [s for s in spans if s.attributes["kserve.stream.chunks"] == 2]  # each request is a call
+    assert {s.parent for s in spans} == {client_span}
+    assert metadata["x-request-id"] == "stream-traced"
+    assert metadata["traceparent"] == f"00-{trace_id}-{first.span_id}-01"
+
+
+def test_an_untraced_grpc_stream_echoes_no_traceparent(start_server):
+    server = start_server("tests/models/traced.py")  # no OTEL_* environment: tracing is off
+    metadata, answers = stream_metadata(server, ["x y"], new_trace()[2])
+    assert len(answers) == 2 and metadata["x-request-id"] == "stream-traced" and "traceparent" not in metadata
 
 
 def test_a_batched_predict_span_has_its_batch_size_and_queue_wait(traced, collector):
@@ -282,7 +308,8 @@ def test_trace_settings_through_tritonclient_http(traced, collector):
     # trace_level OFF: none; trace_count 1: one more, then none
     client.update_trace_settings("echo", {"trace_level": ["OFF"]})
     off, _, traceparent = new_trace()
-    assert post_json(traced.http_port, "/v1/models/echo:predict", {"instances": [1]}, {"traceparent": traceparent})[0] == 200
+    assert post_json(traced.http_port, "/v1/models/echo:predict", {"instances": [1]},
+                     {"traceparent": traceparent})[0] == 200
     client.update_trace_settings("echo", {"trace_level": None, "trace_count": "1"})
     counted = [new_trace() for _ in range(2)]
     for _, _, traceparent in counted:
@@ -317,7 +344,8 @@ def test_global_settings_count_calls_not_spans(traced, collector):
 @pytest.mark.parametrize("body, status, message", [
     (b'{"trace_foo": "1"}', 400, "unknown trace setting 'trace_foo'; the settings are trace_level, trace_rate, "
                                  "trace_count, log_frequency"),
-    (b'{"trace_rate": "often"}', 400, "trace_rate must be an integer of at least 1 (a string such as \"100\"); got 'often'"),
+    (b'{"trace_rate": "often"}', 400,
+     "trace_rate must be an integer of at least 1 (a string such as \"100\"); got 'often'"),
     (b'{"trace_rate": "0"}', 400, "trace_rate must be an integer of at least 1"),
     (b'{"trace_count": true}', 400, "trace_count must be an integer of at least -1"),
     (b'{"log_frequency": [1, 2]}', 400, "log_frequency must be an integer of at least 0"),
@@ -436,7 +464,8 @@ def test_shutdown_exports_the_spans_still_buffered(start_server, collector):
     server = start_server("tests/models/traced.py", "--workers", "2", grpc=False,
                           env=otel_env(collector, "stopping", OTEL_BSP_SCHEDULE_DELAY="600000"))
     trace_id, _, traceparent = new_trace()
-    assert post_json(server.http_port, "/v1/models/echo:predict", {"instances": [1]}, {"traceparent": traceparent})[0] == 200
+    assert post_json(server.http_port, "/v1/models/echo:predict", {"instances": [1]},
+                     {"traceparent": traceparent})[0] == 200
     server.stop()
     assert server.proc.returncode == 0
     assert {s.name for s in collector.of(trace_id)} == {"rest_v1 predict", "preprocess", "predict", "postprocess"}
@@ -485,7 +514,8 @@ def test_tracing_off_imports_nothing_of_opentelemetry():
     ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
       "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01"},
      TracingConfig(["otlp"], "http/protobuf", "traceidratio", 0.01)),
-    ({"OTEL_TRACES_EXPORTER": "console,otlp"}, TracingConfig(["console", "otlp"], "grpc", "parentbased_always_on", 1.0)),
+    ({"OTEL_TRACES_EXPORTER": "console,otlp"},
+     TracingConfig(["console", "otlp"], "grpc", "parentbased_always_on", 1.0)),
     ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"}, None),
     ({"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"}, None),
     ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, None),

@@ -9,6 +9,7 @@ from ..protocol.grpc import grpc_predict_v2_pb2 as pb
 from ..protocol.grpc.convert import infer_request_to_grpc
 from ..protocol.grpc.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 from ..protocol.infer_type import InferRequest, InferResponse
+from .mismatch import ProtocolMismatch, is_http1_server
 
 
 def _retry_config(retries: int) -> str:
@@ -49,6 +50,7 @@ class InferenceGRPCClient:
         else:
             self._channel = grpc.aio.insecure_channel(url, options=options)
         self._stub = GRPCInferenceServiceStub(self._channel)
+        self._url = url
         self._timeout = timeout
         self._verbose = verbose
 
@@ -56,7 +58,10 @@ class InferenceGRPCClient:
         try:
             return await method(message, timeout=timeout or self._timeout, metadata=_metadata(headers))
         except grpc.aio.AioRpcError as e:
-            raise UpstreamError(http_status_for_grpc(e.code().name), f"[{e.code().name}] {e.details()}") from None
+            details = e.details() or ""
+            if is_http1_server(details):
+                raise ProtocolMismatch(self._url, "gRPC", "rest", f"[{e.code().name}] {details}") from None
+            raise UpstreamError(http_status_for_grpc(e.code().name), f"[{e.code().name}] {details}") from None
 
     async def infer(self, infer_request: Union[InferRequest, Any], timeout: Optional[float] = None,
                     headers: Union[Dict[str, str], Sequence[Tuple[str, str]], None] = None,

@@ -8,6 +8,7 @@ import orjson
 from ..errors import UpstreamError
 from ..protocol.infer_type import InferRequest, InferResponse
 from ..protocol.rest_codec import dumps, encode_infer_request
+from .mismatch import ProtocolMismatch, is_http2_answer
 
 BINARY_HEADER = "Inference-Header-Content-Length"
 
@@ -63,18 +64,36 @@ class InferenceRESTClient:
                 if attempt + 1 == attempts:
                     raise UpstreamError(503, f"cannot reach {url}: {e}") from None
                 await asyncio.sleep(min(0.05 * 2 ** attempt, 1.0))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise UpstreamError(504, f"{url} did not answer within the timeout") from None
+            except aiohttp.ClientResponseError as e:  # an answer that is not HTTP/1.1
+                if is_http2_answer(e.message):
+                    target = e.request_info.url
+                    raise ProtocolMismatch(str(target.origin()), f"{self._config.protocol} REST", "grpc",
+                                           f"{method} {target.raw_path} was answered with an HTTP/2 SETTINGS frame"
+                                           ) from None
+                raise
 
     @staticmethod
     def _raise_for_status(url: str, status: int, body: bytes) -> None:
         if status < 400:
             return
+        raise UpstreamError(status, f"{url} answered {status}: {_error_text(body)}")
+
+    async def _raise_if_other_protocol(self, base_url: str, model_name: Optional[str], url: str,
+                                       answer: bytes, timeout: Optional[float]) -> None:
+        """After the infer route answered 404: ProtocolMismatch when the other REST protocol's route of the
+        same model answers 200 (the server speaks that one); nothing otherwise (e.g. no such model)."""
+        other = "v1" if self._config.protocol == "v2" else "v2"
+        path = f"/v1/models/{model_name}" if other == "v1" else f"/v2/models/{model_name}/ready"
         try:
-            message = orjson.loads(body).get("error") or body.decode(errors="replace")
-        except (orjson.JSONDecodeError, AttributeError):
-            message = body.decode(errors="replace")
-        raise UpstreamError(status, f"{url} answered {status}: {message}")
+            status, _, _ = await self._request("GET", base_url + path, None, None, timeout)
+        except (UpstreamError, aiohttp.ClientError):
+            return
+        if status == 200:
+            raise ProtocolMismatch(base_url, f"{self._config.protocol} REST", other,
+                                   f"POST {url[len(base_url):]} answered 404 ({_error_text(answer)}) while "
+                                   f"GET {path} answers 200")
 
     async def infer(self, base_url: str, data: Union[Dict, InferRequest], model_name: Optional[str] = None,
                     headers: Optional[Dict[str, str]] = None, response_headers: Optional[Dict[str, str]] = None,
@@ -97,6 +116,8 @@ class InferenceRESTClient:
             body = data if isinstance(data, bytes) else dumps(data)
         headers.setdefault("Content-Type", "application/json")
         status, resp_headers, payload = await self._request("POST", url, body, headers, timeout)
+        if status == 404 and not is_graph_endpoint:
+            await self._raise_if_other_protocol(base_url, model_name, url, payload, timeout)
         self._raise_for_status(url, status, payload)
         if not v2:
             return orjson.loads(payload)
@@ -140,3 +161,11 @@ class InferenceRESTClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _error_text(body: bytes) -> str:
+    """The message of an error answer: its JSON ``error``, else its text."""
+    try:
+        return str(orjson.loads(body).get("error") or body.decode(errors="replace"))
+    except (orjson.JSONDecodeError, AttributeError):
+        return body.decode(errors="replace")

@@ -52,7 +52,7 @@ class UpstreamClient:
         try:
             async with self._session().post(url, data=body, headers=headers, timeout=self._timeout) as resp:
                 return resp.status, await resp.read()
-        except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as e:
+        except (TimeoutError, aiohttp.ClientConnectionError) as e:
             raise self._failure(url, e) from None
 
     async def get_status(self, url: str) -> int:
@@ -61,7 +61,7 @@ class UpstreamClient:
             async with self._session().get(url, timeout=self._timeout) as resp:
                 await resp.read()
                 return resp.status
-        except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as e:
+        except (TimeoutError, aiohttp.ClientConnectionError) as e:
             raise self._failure(url, e) from None
 
     async def post_stream(self, url: str, body: bytes,
@@ -70,12 +70,12 @@ class UpstreamClient:
         without its line end); another status gives (status, its whole body, None)."""
         try:
             resp = await self._session().post(url, data=body, headers=headers, timeout=self._timeout)
-        except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as e:
+        except (TimeoutError, aiohttp.ClientConnectionError) as e:
             raise self._failure(url, e) from None
         if resp.status != 200:
             try:
                 return resp.status, await resp.read(), None
-            except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as e:
+            except (TimeoutError, aiohttp.ClientConnectionError) as e:
                 raise self._failure(url, e) from None
             finally:
                 resp.release()
@@ -88,7 +88,7 @@ class UpstreamClient:
             while True:
                 try:
                     line = await resp.content.readline()
-                except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, asyncio.TimeoutError) as e:
+                except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
                     raise self._failure(url, e) from None
                 if not line:
                     return

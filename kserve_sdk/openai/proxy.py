@@ -24,11 +24,18 @@ from pydantic import BaseModel, ValidationError
 
 from ..clients.upstream import UpstreamClient
 from ..errors import UpstreamError
-from .model import OpenAIGenerativeModel
-from ..protocol.rest.timeseries.codec import describe_validation_error
+from ..protocol.rest.json_body import describe_validation_error
 from ..protocol.rest.openai.errors import OpenAIError, create_error_response
-from ..protocol.rest.openai.types import (ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Completion, CompletionChunk,
-                    CompletionRequest, ErrorResponse)
+from ..protocol.rest.openai.types import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    Completion,
+    CompletionChunk,
+    CompletionRequest,
+    ErrorResponse,
+)
+from .model import OpenAIGenerativeModel
 
 COMPLETIONS_ENDPOINT = "/v1/completions"
 CHAT_COMPLETIONS_ENDPOINT = "/v1/chat/completions"

@@ -13,7 +13,8 @@ import orjson
 
 from ..errors import InvalidInput
 from .infer_tensors import InferInput, InferMessage, InferOutput, RequestedOutput
-from .tensor import Tensor, check_tensor_header, expected_nbytes, in_shared_memory
+from .rest.json_body import loads_json, require_object
+from .tensor import DataDoesNotFit, Tensor, check_tensor_header, expected_nbytes, in_shared_memory
 
 if TYPE_CHECKING:  # for the annotations only: infer_type's classes call this module
     from .infer_type import InferRequest, InferResponse
@@ -39,14 +40,6 @@ def json_default(obj: Any) -> Any:
 def dumps(obj: Any) -> bytes:
     """Compact JSON bytes; numpy arrays are written natively, without ``tolist()``."""
     return orjson.dumps(obj, default=json_default, option=_DUMPS_OPTIONS)
-
-
-def loads_json(body: Union[bytes, memoryview]) -> Any:
-    """Parse a JSON body; a malformed one is the client's error (InvalidInput)."""
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as e:
-        raise InvalidInput(f"Unrecognized request format: {e}") from None
 
 
 def parse_json_length(value: Optional[str], body_length: int) -> Optional[int]:
@@ -75,8 +68,7 @@ def infer_request_from_dict(
     cls: Type["InferRequest"], doc: Any, model_name: str, body: Union[bytes, memoryview], json_length: Optional[int]
 ) -> "InferRequest":
     """Build a ``cls`` (an InferRequest) from a parsed v2 JSON header; binary tensors are cut from ``body``."""
-    if not isinstance(doc, dict):
-        raise InvalidInput("the request body must be a JSON object")
+    doc = require_object(doc, name_type=False)
     inputs = doc.get("inputs")
     if inputs is None:
         raise InvalidInput(f"the request for model '{model_name}' has no 'inputs'")
@@ -116,7 +108,7 @@ def _decode_tensors(entries: List, cls: type, body, json_length: Optional[int], 
     for entry in entries:
         if not isinstance(entry, dict):
             raise InvalidInput(f"each {kind} must be a JSON object, got {type(entry).__name__}")
-        name = entry.get("name")
+        name: Any = entry.get("name")  # a str once check_tensor_header passes
         shape = check_tensor_header(name, entry.get("shape"), entry.get("datatype"))
         if name in seen:
             raise InvalidInput(f"duplicate {kind} name '{name}'")
@@ -125,7 +117,7 @@ def _decode_tensors(entries: List, cls: type, body, json_length: Optional[int], 
         tensor = cls(name, shape, entry["datatype"], parameters=params)
         data = entry.get("data")
         if data is not None:
-            _check_json_data(name, data, shape)
+            _check_json_data(name, data, shape, kind)
             tensor._data = data
         elif params and "binary_data_size" in params:
             size = _binary_size(name, params["binary_data_size"], tensor.datatype, shape, len(view) - offset,
@@ -138,12 +130,12 @@ def _decode_tensors(entries: List, cls: type, body, json_length: Optional[int], 
     return tensors, offset
 
 
-def _check_json_data(name: str, data: Any, shape: List[int]) -> None:
+def _check_json_data(name: str, data: Any, shape: List[int], kind: str) -> None:
     if not isinstance(data, list):
-        raise InvalidInput(f"input '{name}': 'data' must be a list, got {type(data).__name__}")
+        raise InvalidInput(f"{kind} '{name}': 'data' must be a list, got {type(data).__name__}")
     # A flat list is checked here; nested lists are checked when the tensor is read (as_numpy).
     if data and not isinstance(data[0], list) and len(data) != prod(shape):
-        raise InvalidInput(f"input '{name}': {len(data)} values given but shape {shape} needs {prod(shape)}")
+        raise InvalidInput(f"{kind} '{name}': {len(data)} values given but shape {shape} needs {prod(shape)}")
 
 
 def _binary_size(name: str, size: Any, datatype: str, shape: List[int], left: int,
@@ -225,7 +217,10 @@ def encode_infer_response(response: "InferResponse", json_only: bool = False) ->
     pairs = response.selected_outputs()
     if json_only:
         pairs = [(tensor, False) for tensor, _ in pairs]
-    return _encode_tensors(pairs, doc, "outputs")
+    try:
+        return _encode_tensors(pairs, doc, "outputs")
+    except DataDoesNotFit as e:  # on every route that writes an answer (streams too), it is the model's fault
+        raise e.as_model_error(str(response.model_name)) from None
 
 
 def encode_infer_request(request: "InferRequest") -> Tuple[bytes, Optional[int]]:

@@ -7,14 +7,13 @@ so the hot path never turns a 1 MiB tensor into a Python list unless a JSON answ
 """
 import struct
 from math import prod
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Set, Union
 
 import numpy as np
 
 from ..errors import InferenceError, InvalidInput
 from .binary import deserialize_bytes_tensor, serialize_bytes_tensor
-from .dtypes import DATATYPES, datatype_of, element_size, np_dtype_of
-
+from .dtypes import DATATYPES, NP_DTYPES, datatype_of, element_size, np_dtype_of
 
 #: The tensor parameter that puts a tensor's content in a system shared-memory region (Triton's extension).
 SHM_REGION = "shared_memory_region"
@@ -27,11 +26,17 @@ MAX_ELEMENTS = 2 ** 63 - 1
 #: token's id, a score) that is several times quicker than a numpy array made and dropped again. Longer
 #: lists, and any value struct refuses, go through numpy, which names what is wrong.
 PACK_MAX = 16
-#: datatype -> the packers of its lists of 0 to PACK_MAX elements, little-endian as on the wire (a compiled
-#: struct.Struct each: building the format string per call cost more than the packing)
+#: datatype -> its struct format code, little-endian as on the wire
+_STRUCT_CODES = {"INT8": "b", "INT16": "h", "INT32": "i", "INT64": "q", "UINT8": "B", "UINT16": "H", "UINT32": "I",
+                 "UINT64": "Q", "FP32": "f", "FP64": "d"}
+#: datatype -> the packers of its lists of 0 to PACK_MAX elements (a compiled struct.Struct each: building the
+#: format string per call cost more than the packing)
 _PACKERS = {datatype: [struct.Struct(f"<{n}{code}").pack for n in range(PACK_MAX + 1)]
-            for datatype, code in {"INT8": "b", "INT16": "h", "INT32": "i", "INT64": "q", "UINT8": "B",
-                                   "UINT16": "H", "UINT32": "I", "UINT64": "Q", "FP32": "f", "FP64": "d"}.items()}
+            for datatype, code in _STRUCT_CODES.items()}
+#: How a list of JSON values is checked to fit a datatype without numpy: packed with struct (FP16 too, which
+#: the wire packing leaves to numpy), or for BOOL and BYTES, the element types it may hold.
+_CHECK_CODES = {**_STRUCT_CODES, "FP16": "e"}
+_PLAIN_ELEMENTS: Dict[str, Set[type]] = {"BOOL": {bool}, "BYTES": {str, bytes}}
 
 
 class DataDoesNotFit(InvalidInput):
@@ -59,6 +64,43 @@ def _packed(values: list, datatype: str, shape: List[int]) -> Optional[bytes]:
         return packers[len(values)](*values)
     except (struct.error, TypeError, OverflowError):
         return None
+
+
+def _fits_as_is(values: Any, datatype: str) -> bool:
+    """Whether a list of JSON values surely fits ``datatype`` without asking numpy: a flat list of numbers
+    struct packs (in range, integers for an integer datatype), of bools for BOOL, of text for BYTES. False
+    means "ask numpy", which may still accept it (e.g. 1.5 as INT32, as the binary encoders do)."""
+    if type(values) is not list:
+        return False
+    code = _CHECK_CODES.get(datatype)
+    if code is not None:
+        packers = _PACKERS.get(datatype)
+        try:
+            if packers is not None and len(values) <= PACK_MAX:
+                packers[len(values)](*values)
+            else:
+                struct.pack(f"<{len(values)}{code}", *values)
+            return True
+        except (struct.error, TypeError, OverflowError):
+            return False
+    plain = _PLAIN_ELEMENTS.get(datatype)
+    return plain is not None and set(map(type, values)) <= plain
+
+
+def _nested_count(data: Union[list, tuple]) -> Optional[int]:
+    """How many values regularly nested lists hold, or None when a level's lists differ in length. Counts
+    lists, not values: the innermost lists' elements are not looked at."""
+    count, level = len(data), data
+    while level and isinstance(level[0], (list, tuple)):
+        width = len(level[0])
+        for row in level:
+            if not isinstance(row, (list, tuple)) or len(row) != width:
+                return None
+        count *= width
+        if not width or not isinstance(level[0][0], (list, tuple)):
+            return count
+        level = [item for row in level for item in row]
+    return count
 
 
 def _check_shape(name: str, shape: Any) -> List[int]:
@@ -256,13 +298,14 @@ class Tensor:
         if self._datatype == "BYTES":
             return serialize_bytes_tensor(arr)
         wire = np_dtype_of(self._datatype)
-        if wire is not None and arr.dtype != wire and self._datatype != "BF16":  # e.g. float64 data in an FP32 tensor: send what the datatype promises
+        # e.g. float64 data in an FP32 tensor: send what the datatype promises
+        if wire is not None and arr.dtype != wire and self._datatype != "BF16":
             try:
                 arr = arr.astype(wire)
             except (TypeError, ValueError) as e:
                 raise InferenceError(f"tensor '{self._name}': {arr.dtype} data cannot be sent as "
                                      f"{self._datatype}: {e}") from None
-        return memoryview(np.ascontiguousarray(arr).reshape(-1)).cast("B")
+        return np.ascontiguousarray(arr).reshape(-1).data.cast("B")
 
     def content_problem(self) -> Optional[str]:
         """What is wrong with this tensor's shape, datatype or data (an output a model built), or None.
@@ -288,19 +331,33 @@ class Tensor:
             if data and isinstance(data[0], (list, tuple)):
                 if not shape or len(data) != shape[0]:
                     return f"shape {shape} does not match the nesting of its data ({len(data)} rows)"
+                values = _nested_count(data)
+                if values is None:
+                    return f"its data's nested lists differ in length, which shape {shape} cannot describe"
+                if values != count:
+                    return f"shape {shape} needs {count} values but the data has {values}"
             elif len(data) != count:
                 return f"shape {shape} needs {count} values but the data has {len(data)}"
         elif self._raw_data is not None:
             expected = expected_nbytes(self._datatype, shape)
             if expected >= 0 and len(self._raw_data) != expected:
-                return f"shape {shape} of {self._datatype} needs {expected} bytes but the data has {len(self._raw_data)}"
+                return (f"shape {shape} of {self._datatype} needs {expected} bytes "
+                        f"but the data has {len(self._raw_data)}")
         else:
             return "it has no data"
         return None
 
     def json_data(self) -> Any:
-        """The content for a JSON body: a flat numpy array orjson writes natively, or a list."""
+        """The content for a JSON body: a flat numpy array orjson writes natively, or a list.
+
+        A list is sent as it is, once its values are known to fit the datatype as the binary encoders would
+        have them; raises DataDoesNotFit when numpy cannot convert them (-1 as UINT8, a ragged list).
+        """
         if self._data is not None:
+            if not _fits_as_is(self._data, self._datatype):
+                dtype = NP_DTYPES.get(self._datatype)  # BF16 has none: its JSON values are not bit patterns
+                if dtype is not None:
+                    self._array_from_json(dtype)
             return self._data
         arr = self.as_numpy()
         if self._datatype == "BYTES":
@@ -311,7 +368,7 @@ class Tensor:
 
     def to_dict(self) -> Dict:
         """The tensor as a v2 JSON object."""
-        out = {"name": self._name, "shape": self._shape, "datatype": self._datatype}
+        out: Dict[str, Any] = {"name": self._name, "shape": self._shape, "datatype": self._datatype}
         if self._parameters:
             out["parameters"] = self._parameters
         out["data"] = self.data
@@ -326,8 +383,6 @@ class Tensor:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self._name!r}, shape={self._shape}, datatype={self._datatype!r})"
-
-    __hash__ = None
 
 
 def _same_values(a: Tensor, b: Tensor) -> bool:

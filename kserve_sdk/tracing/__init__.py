@@ -8,7 +8,7 @@ off, and decide, while it is on, which calls reach the sampler.
 """
 import importlib
 from contextlib import nullcontext
-from typing import Any, ContextManager, Dict, Optional
+from typing import Any, ContextManager, Dict, Optional, Set
 
 from ..logging import logger
 from .config import read_config
@@ -18,6 +18,9 @@ from .settings import TraceSettings
 spans: Optional[Any] = None
 #: Triton's trace settings of this process (``/v2/trace/setting``).
 settings = TraceSettings()
+#: The endpoints whose calls are never traced (health, readiness, metrics, ...): what the REST APIs and the
+#: gRPC service declare, added when their server is made (handlers/http.py's make_app, handlers/grpc.py).
+untraced: Set[str] = set()
 _provider: Optional[Any] = None
 
 EXTRA_MISSING = ("Tracing is off: the OTEL_* environment asks for it but OpenTelemetry is not installed: "

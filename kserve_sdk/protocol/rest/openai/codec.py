@@ -3,18 +3,17 @@
 A body that does not validate is the client's error (400), told in one sentence naming the field, which is
 also the error's ``param``: ``messages[0].role is required``.
 """
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Type
 
 from orjson import dumps as orjson_dumps
 from pydantic import BaseModel, ValidationError
 
 from ....errors import InvalidInput
-from ...rest_codec import loads_json
-from ..timeseries.codec import describe_validation_error, field_path
+from ..json_body import describe_validation_error, field_path, json_object, loads_json
 from . import types
 
 #: endpoint -> the request type its body is read as (embeddings: by whether it has ``messages``)
-_REQUEST_TYPES = {
+_REQUEST_TYPES: Dict[str, Type[BaseModel]] = {
     "completions": types.CompletionRequest,
     "chat_completions": types.ChatCompletionRequest,
     "rerank": types.RerankRequest,
@@ -35,9 +34,8 @@ def decode_request(endpoint: str, body: bytes) -> BaseModel:
     """The request of ``endpoint`` a JSON body holds; InvalidInput (400) naming the first wrong field."""
     if not body:
         raise InvalidInput("the request body is empty")
-    doc = loads_json(body)
-    if not isinstance(doc, dict):
-        raise InvalidInput(f"the request body must be a JSON object, got {type(doc).__name__}")
+    doc = json_object(body)
+    kind: Type[BaseModel]
     if endpoint == "embeddings":
         kind = types.EmbeddingChatRequest if "messages" in doc else types.EmbeddingCompletionRequest
     else:
