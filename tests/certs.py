@@ -17,7 +17,7 @@ def _name(common_name: str) -> x509.Name:
 
 
 def _valid_for_a_day(builder: x509.CertificateBuilder) -> x509.CertificateBuilder:
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     day, minutes = datetime.timedelta(days=1), datetime.timedelta(minutes=5)
     return builder.not_valid_before(now - minutes).not_valid_after(now + day)
 

@@ -26,7 +26,7 @@ def test_names_and_import_paths():
     from kserve_sdk.logging import configure_logging
     from kserve_sdk.model_server import parser
     from kserve_sdk.protocol.grpc.grpc_predict_v2_pb2 import ModelInferRequest
-    from kserve_sdk.utils.utils import generate_uuid, get_predict_input, get_predict_response, strtobool
+    from kserve_sdk.utils.utils import generate_uuid, strtobool
 
     assert constants.DEFAULT_HTTP_PORT == 8080 and parser.add_help is False
     assert callable(configure_logging) and ModelInferRequest().model_name == ""

@@ -4,6 +4,7 @@ included), and the built-in routes still answer beside it."""
 import json
 
 import pytest
+
 from helpers import eventually, http_get, post_json_raw, request, scrape, value
 
 LIMIT = 4096  # --max_body_size

@@ -3,15 +3,8 @@ import os
 import subprocess
 import sys
 import tempfile
-import textwrap
 
-from conftest import ROOT, free_port
-from rawhttp import post_json, request
-
-
-def run_python(code: str, *argv: str, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *argv], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": ROOT, **(env or {})})
+from helpers import ROOT, answers_ok, eventually, free_port, post_json, run_python
 
 
 def test_flags_defaults_and_spellings():
@@ -63,19 +56,12 @@ def test_no_ready_model_exits_non_zero(start_server):
 
 def test_run_as_module_with_model_name(start_server):
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "samples.custom_model", f"--model_name=flowers",
+    proc = subprocess.Popen([sys.executable, "-m", "samples.custom_model", "--model_name=flowers",
                              "--http_port", str(port), "--enable_grpc", "false"], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": ROOT}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        import time
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if request(port, "GET", "/v2/health/ready", timeout=1)[0] == 200:
-                    break
-            except OSError:
-                time.sleep(0.05)
+        eventually(lambda: answers_ok(f"http://127.0.0.1:{port}/v2/health/ready"), timeout=30)
         status, _, body = post_json(port, "/v1/models/flowers:predict",
                                     {"instances": [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.8, 2.2]]})
         assert status == 200 and body == {"predictions": [0, 2]}

@@ -5,13 +5,13 @@ Responses are parsed with the cloudevents SDK's own HTTP binding (``from_http``)
 import base64
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from cloudevents.core.bindings.http import HTTPMessage, from_http
 from cloudevents.core.formats.json import JSONFormat
 
-from rawhttp import post_json, request
+from helpers import post_json, request
 
 MODELS = {"ZOO_MODELS": "echo,raw,received"}
 ENV = {"CE_TYPE": "org.example.scored", "CE_SOURCE": "urn:example:scorer", "CE_MERGE": "true"}
@@ -69,7 +69,7 @@ def send(server, path, body_and_headers):
 def assert_fresh(event, source="io.kserve.inference.received", type_="io.kserve.inference.response"):
     assert event.get_specversion() == "1.0"
     assert event.get_id() != "req-1" and uuid.UUID(event.get_id()).version == 4
-    assert abs(datetime.now(timezone.utc) - event.get_time()) < timedelta(minutes=5)
+    assert abs(datetime.now(UTC) - event.get_time()) < timedelta(minutes=5)
     assert event.get_type() == type_
     assert event.get_source() == source
 
@@ -165,7 +165,7 @@ def test_env_binary_merge(ce_env):
     event, mode, hdrs = send(ce_env, V1, req)
     assert mode == "binary"
     assert_fresh(event, source="urn:example:scorer", type_="org.example.scored")
-    assert event.get_time() != datetime(2020, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    assert event.get_time() != datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC)
     # the request's other attributes and extensions are copied, percent-encoding kept intact
     assert event.get_subject() == "order 42"
     assert event.get_extension("partitionkey") == "p 1"

@@ -15,17 +15,18 @@ import tempfile
 from typing import Any, Dict, Iterator, List, Set, Tuple
 
 import pytest
-from openapi_schema_validator import OAS30Validator
 from openapi_spec_validator import validate as validate_spec
 from tornado.web import RequestHandler, StaticFileHandler
 
+from helpers import ROOT, check_request, check_response, inline, media_type, request
 from kserve_sdk.dataplane import DataPlane
 from kserve_sdk.handlers import http as http_routes
+from kserve_sdk.handlers.api import MODEL, VERSION
 from kserve_sdk.handlers.docs import openapi_document
 from kserve_sdk.model_repository import ModelRepository
-from rawhttp import request
+from kserve_sdk.model_server import REST_APIS
+from kserve_sdk.triton.api import REGION
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 METHODS = ("get", "post", "put", "patch", "delete", "head", "options")
 INFER_PATH = "/v2/models/{model_name}/infer"
@@ -43,12 +44,12 @@ def _expand(pattern: str) -> List[str]:
     while i < len(pattern):
         rest = pattern[i:]
         alternation = re.match(r"\((\w+(?:\|\w+)*)\)", rest)
-        if rest.startswith(http_routes._VERSION):
-            options, i = ["", "/versions/{model_version}"], i + len(http_routes._VERSION)
-        elif rest.startswith(http_routes._MODEL):
-            options, i = ["{model_name}"], i + len(http_routes._MODEL)
-        elif rest.startswith(http_routes._REGION):
-            options, i = ["{region_name}"], i + len(http_routes._REGION)
+        if rest.startswith(VERSION):
+            options, i = ["", "/versions/{model_version}"], i + len(VERSION)
+        elif rest.startswith(MODEL):
+            options, i = ["{model_name}"], i + len(MODEL)
+        elif rest.startswith(REGION):
+            options, i = ["{region_name}"], i + len(REGION)
         elif alternation:
             options, i = alternation.group(1).split("|"), i + alternation.end()
         elif rest == "/?":  # an optional trailing slash
@@ -69,7 +70,7 @@ def _methods(handler: type) -> Set[str]:
 
 def route_table() -> Iterator[Tuple[str, str, type]]:
     """(OpenAPI path, method, handler) for every route, with the docs routes on (Swagger UI's files left out)."""
-    app = http_routes.make_app(DataPlane(ModelRepository()), enable_docs_url=True)
+    app = http_routes.make_app(DataPlane(ModelRepository()), REST_APIS, enable_docs_url=True)
     rules = app.wildcard_router.rules
     assert len(rules) > 10
     for rule in rules:
@@ -84,64 +85,7 @@ def route_table() -> Iterator[Tuple[str, str, type]]:
                 yield path, method, handler
 
 
-# --- validating against the document -------------------------------------------------------------------
-def inline(doc: Dict[str, Any], node: Any, seen: Tuple[str, ...] = ()) -> Any:
-    """``node`` with every local ``$ref`` replaced by what it points at."""
-    if isinstance(node, list):
-        return [inline(doc, item, seen) for item in node]
-    if not isinstance(node, dict):
-        return node
-    if "$ref" in node:
-        ref = node["$ref"]
-        assert ref.startswith("#/"), f"only local references are used: {ref}"
-        assert ref not in seen, f"reference cycle through {ref}"
-        target: Any = doc
-        for part in ref[2:].split("/"):
-            target = target[part.replace("~1", "/").replace("~0", "~")]
-        return inline(doc, target, seen + (ref,))
-    return {key: inline(doc, value, seen) for key, value in node.items()}
-
-
-def media_type(headers: Dict[str, str]) -> str:
-    return headers.get("content-type", "").split(";")[0].strip().lower()
-
-
-def check_request(doc: Dict[str, Any], path: str, method: str, body: bytes, content_type: str) -> None:
-    """The request body we send fits the operation's documented request schema."""
-    operation = doc["paths"][path][method]
-    request_body = inline(doc, operation["requestBody"])
-    assert content_type in request_body["content"], f"{method.upper()} {path} documents no {content_type} body"
-    schema = request_body["content"][content_type].get("schema", {})
-    OAS30Validator(schema).validate(json.loads(body))
-
-
-def check_response(doc: Dict[str, Any], path: str, method: str, status: int, headers: Dict[str, str],
-                   body: bytes) -> None:
-    """The response fits what the document says ``method path`` answers with ``status``."""
-    what = f"{method.upper()} {path} -> {status}"
-    responses = doc["paths"][path][method]["responses"]
-    assert str(status) in responses, f"{what} is not documented (documented: {sorted(responses)}): {body[:300]!r}"
-    response = inline(doc, responses[str(status)])
-    media = media_type(headers)
-    content = response.get("content", {})
-    assert media in content, f"{what} answered {media}, documented: {sorted(content)}"
-    schema = content[media].get("schema", {})
-    if media == "application/json":
-        instance: Any = json.loads(body)
-    elif media == "text/event-stream":
-        events = [line[len(b"data: "):] for line in body.split(b"\n") if line.startswith(b"data: ")]
-        assert events, f"{what}: no event in {body[:300]!r}"
-        event_schema = content[media].get("x-event-data", {})
-        for event in events:
-            OAS30Validator(event_schema).validate(json.loads(event))
-        instance = body.decode("utf-8")
-    elif media.startswith("text/"):
-        instance = body.decode("utf-8")
-    else:
-        instance = "<binary>"  # format: binary strings: any bytes
-    OAS30Validator(schema).validate(instance)
-
-
+# --- validating against the document (check_request and check_response, in tests/helpers.py) ---------------
 def fill(path: str, model: str = "echo", version: str = "1") -> str:
     return path.replace("{model_name}", model).replace("{model_version}", version)
 
@@ -345,10 +289,11 @@ def _chromium(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as timed_out:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        raise AssertionError(f"chromium did not finish in {timeout}s: {err.decode(errors='replace')[-2000:]}")
+        raise AssertionError(
+            f"chromium did not finish in {timeout}s: {err.decode(errors='replace')[-2000:]}") from timed_out
     finally:
         shutil.rmtree(profile, ignore_errors=True)
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)

@@ -20,7 +20,7 @@ from typing import Dict, List
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 DOCS = os.path.join(ROOT, "docs")
 PACKAGE = os.path.join(ROOT, "kserve_sdk")

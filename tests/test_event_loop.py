@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as tgrpc
 
+from helpers import post_json
 from kserve_sdk.model_server import loop_factory
-from rawhttp import post_json
 
 
 @pytest.mark.parametrize("choice,loop", [("uvloop", "uvloop"), ("asyncio", "asyncio"), ("auto", "uvloop")])
@@ -24,5 +24,6 @@ def test_the_chosen_loop_serves_rest_and_grpc(start_server, choice, loop):
 def test_uvloop_that_is_not_installed(monkeypatch):
     monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop now raises ImportError
     assert loop_factory("auto") is None
-    with pytest.raises(RuntimeError, match=r"--event-loop uvloop needs the uvloop package: pip install 'kserve-sdk\[uvloop\]'"):
+    with pytest.raises(RuntimeError,
+                       match=r"--event-loop uvloop needs the uvloop package: pip install 'kserve-sdk\[uvloop\]'"):
         loop_factory("uvloop")

@@ -10,7 +10,7 @@ import zlib
 
 import pytest
 
-from rawhttp import request
+from helpers import request
 
 V2_BODY = json.dumps({"id": "same", "inputs": [
     {"name": "INPUT0", "shape": [2, 4], "datatype": "FP32", "data": [1, 2, 3, 4, 5, 6, 7, 8]}]}).encode()
@@ -39,7 +39,8 @@ def _both_ways(port, path, body, headers=None):
     ("/v1/models/echo:explain", b'{"instances": [1]}', 501),
     ("/v1/models/failing:predict", b'{"instances": ["boom"]}', 500),
     ("/v1/models/failing:predict", b'{"instances": ["invalid"]}', 400),
-], ids=["v2", "v2-version", "v1", "v2-unknown", "v1-unknown", "v2-bad-json", "v1-empty", "explain-501", "v1-500", "v1-model-400"])
+], ids=["v2", "v2-version", "v1", "v2-unknown", "v1-unknown", "v2-bad-json", "v1-empty", "explain-501", "v1-500",
+        "v1-model-400"])
 def test_fast_path_and_handlers_give_the_same_answer(zoo, path, body, status):
     (s1, h1, b1), (s2, h2, b2) = _both_ways(zoo.http_port, path, body)
     assert s1 == s2 == status, (b1, b2)
@@ -83,14 +84,17 @@ def test_model_headers_are_sent_as_text_and_a_line_break_is_refused(zoo):
 def test_large_json_answers_are_gzipped_when_asked(zoo):
     data = list(range(400))  # 400 FP32 values: well over 1 KiB of JSON
     body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [100, 4], "datatype": "FP32", "data": data}]}).encode()
-    status, headers, zipped = request(zoo.http_port, "POST", "/v2/models/echo/infer", body, {"Accept-Encoding": "gzip"})
+    status, headers, zipped = request(zoo.http_port, "POST", "/v2/models/echo/infer", body,
+                                      {"Accept-Encoding": "gzip"})
     assert status == 200 and headers["content-encoding"] == "gzip" and headers["vary"] == "Accept-Encoding"
     assert int(headers["content-length"]) == len(zipped)
     assert json.loads(gzip.decompress(zipped))["outputs"][0]["data"] == [float(v) for v in data]
-    status, headers, small = request(zoo.http_port, "POST", "/v2/models/echo/infer", V2_BODY, {"Accept-Encoding": "gzip"})
+    status, headers, small = request(zoo.http_port, "POST", "/v2/models/echo/infer", V2_BODY,
+                                     {"Accept-Encoding": "gzip"})
     assert status == 200 and "content-encoding" not in headers and json.loads(small)["id"] == "same"
     status, headers, plain = request(zoo.http_port, "POST", "/v2/models/echo/infer", body)
-    assert status == 200 and "content-encoding" not in headers and json.loads(plain) == json.loads(gzip.decompress(zipped))
+    assert status == 200 and "content-encoding" not in headers \
+        and json.loads(plain) == json.loads(gzip.decompress(zipped))
 
 
 def test_pipelined_requests_are_answered_in_order(zoo):

@@ -95,7 +95,7 @@ def test_rest_request_round_trip(specs, binary):
         inputs.append(tensor)
     body, json_length = encode_infer_request(InferRequest("m", inputs))
     decoded = InferRequest.from_bytes(body, json_length, "m")
-    for original, (datatype, shape, array) in zip(decoded.inputs, specs):
+    for original, (datatype, shape, array) in zip(decoded.inputs, specs, strict=True):
         got = original.as_numpy()
         assert original.datatype == datatype and original.shape == shape
         if datatype == "BYTES":
@@ -123,7 +123,7 @@ def test_grpc_request_round_trip(specs):
         inputs.append(tensor)
     message = infer_request_to_grpc(InferRequest("m", inputs))
     decoded = InferRequest.from_grpc(pb.ModelInferRequest.FromString(message.SerializeToString()))
-    for tensor, (_, _, array) in zip(decoded.inputs, specs):
+    for tensor, (_, _, array) in zip(decoded.inputs, specs, strict=True):
         assert _same(tensor.as_numpy(), array)
 
 
@@ -197,7 +197,8 @@ def test_grpc_parser_and_converter_raise_only_invalid_input(data):
 @FUZZ
 @given(st.lists(st.integers(-1, 2 ** 63), max_size=70), st.sampled_from(["FP32", "BYTES"]))
 def test_shapes_are_checked_before_any_allocation(shape, datatype):
-    doc = {"inputs": [{"name": "x", "shape": shape, "datatype": datatype, "data": [1] if datatype != "BYTES" else ["a"]}]}
+    doc = {"inputs": [{"name": "x", "shape": shape, "datatype": datatype,
+                        "data": [1] if datatype != "BYTES" else ["a"]}]}
     try:
         request = InferRequest.from_dict(doc, "m")
         request.inputs[0].as_numpy()
@@ -241,6 +242,8 @@ def test_openapi_conformance(zoo, document):
         for mode in modes:
             seen = []
 
+            # run() is called right below, in this same turn of the loop, so the `seen` and `mode` it reads are
+            # this turn's (B023 is for closures called later); @given refuses defaults to bind them by.
             @settings(max_examples=SCHEMATHESIS_EXAMPLES, deadline=None, derandomize=True, database=None,
                       suppress_health_check=list(HealthCheck))
             @given(case=operation.as_strategy(generation_mode=mode), target=st.sampled_from(TARGETS[document] + [None]))
@@ -248,8 +251,8 @@ def test_openapi_conformance(zoo, document):
                 if target and isinstance(case.path_parameters, dict) and "model_name" in case.path_parameters:
                     case.path_parameters["model_name"] = target
                 response = case.call(base_url=zoo.url, timeout=10)
-                seen.append(1)
-                problem = _problem(case, response, mode)
+                seen.append(1)  # noqa: B023 (called in this iteration, see above)
+                problem = _problem(case, response, mode)  # noqa: B023 (called in this iteration, see above)
                 if problem:
                     problems.append(problem)
 

@@ -9,8 +9,6 @@ import queue
 import subprocess
 import sys
 import textwrap
-import urllib.error
-import urllib.request
 from contextlib import contextmanager
 from functools import partial
 
@@ -21,9 +19,8 @@ import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
-from tritonclient.utils import InferenceServerException
 
-from conftest import ROOT
+from helpers import ROOT, post_json, triton_error, triton_input
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -58,33 +55,13 @@ def rpc_error(call, *args, **kwargs):
     return info.value.code(), info.value.details()
 
 
-def triton_error(call, *args, **kwargs):
-    """(status, message) of a tritonclient call that must fail."""
-    with pytest.raises(InferenceServerException) as info:
-        call(*args, **kwargs)
-    return info.value.status(), info.value.message()
-
-
-def rest_json(url, body):
-    """(status, decoded JSON) of a JSON POST, errors included."""
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 def fp32_input(name="INPUT0", values=((1.0, 2.0, 3.0, 4.0),)):
     arr = np.asarray(values, dtype=np.float32)
     return pb.ModelInferRequest.InferInputTensor(name=name, datatype="FP32", shape=list(arr.shape)), arr.tobytes()
 
 
 def bytes_input(text):
-    tensor = tgrpc.InferInput("INPUT0", [1], "BYTES")
-    tensor.set_data_from_numpy(np.array([text.encode()], dtype=np.object_))
-    return tensor
+    return triton_input(tgrpc, "INPUT0", np.array([text.encode()], dtype=np.object_))
 
 
 # --- servers other than the session zoo ---------------------------------------------------------------
@@ -240,7 +217,7 @@ def test_list_outputs_that_do_not_fit_are_named(side, datatype, data, message):
         got, text = triton_error(client.infer, "listed", [bytes_input(spec)])
     assert (got, message in text) == ("StatusCode.INTERNAL", True), (got, text)
     # the same answer over REST, its output asked for as binary (raw bytes, as over gRPC)
-    status, body = rest_json(f"{side.url}/v2/models/listed/infer", {
+    status, _, body = post_json(side.http_port, "/v2/models/listed/infer", timeout=10, doc={
         "inputs": [{"name": "spec", "shape": [1], "datatype": "BYTES", "data": [spec]}],
         "outputs": [{"name": "out", "parameters": {"binary_data": True}}]})
     assert (status, message in body["error"]) == (500, True), (status, body)
@@ -328,9 +305,7 @@ def _collect(results, result, error):
 
 
 def _fp32(value, n=4):
-    tensor = tgrpc.InferInput("INPUT0", [1, n], "FP32")
-    tensor.set_data_from_numpy(np.full((1, n), value, np.float32))
-    return tensor
+    return triton_input(tgrpc, "INPUT0", np.full((1, n), value, np.float32))
 
 
 def test_stream_answers_in_order(zoo):
@@ -492,8 +467,9 @@ def test_model_errors_map_to_status_codes(zoo, what, code, message):
     with raw_stub(zoo) as stub:
         assert rpc_error(stub.ModelInfer, _failing(what)) == (code, message)
     # and the message is the one v2 REST gives for the same request
-    status, body = rest_json(f"{zoo.url}/v2/models/failing/infer",
-                             {"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "BYTES", "data": [what]}]})
+    status, _, body = post_json(zoo.http_port, "/v2/models/failing/infer",
+                                {"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "BYTES", "data": [what]}]},
+                                timeout=10)
     assert body == {"error": message}
     assert status == {"INVALID_ARGUMENT": 400, "UNIMPLEMENTED": 501, "INTERNAL": 500}[code.name]
 
@@ -503,7 +479,7 @@ def test_model_not_ready_is_unavailable(side):
     request = pb.ModelInferRequest(model_name="toggle", inputs=[tensor], raw_input_contents=[raw])
     with raw_stub(side) as stub:
         assert stub.ModelReady(pb.ModelReadyRequest(name="toggle")).ready is True
-        status, body = rest_json(f"{side.url}/v1/models/toggle:predict", {"instances": ["off"]})
+        status, _, body = post_json(side.http_port, "/v1/models/toggle:predict", {"instances": ["off"]}, timeout=10)
         assert (status, body) == (200, {"predictions": ["off"]})
         assert rpc_error(stub.ModelInfer, request) == (
             grpc.StatusCode.UNAVAILABLE, "Model with name toggle is not ready.")

@@ -1,5 +1,5 @@
 """Quick sync stages run on the event loop (no thread hand-off); slow ones, or any under a deadline, on threads."""
-from rawhttp import post_json
+from helpers import post_json
 
 WHERE = "/v1/models/where:predict"
 

@@ -19,10 +19,16 @@ from tornado.httpserver import HTTPServer
 from tornado.iostream import IOStream
 from tornado.web import Application, RequestHandler
 
-from kserve_sdk import internals
-from kserve_sdk.internals import argparse_exact, log_records, ray_private, tornado_accept, tornado_buffer, tornado_headers
-
 from conftest import ROOT, http_get
+from kserve_sdk import internals
+from kserve_sdk.internals import (
+    argparse_exact,
+    log_records,
+    ray_private,
+    tornado_accept,
+    tornado_buffer,
+    tornado_headers,
+)
 
 pytestmark = pytest.mark.skipif(not internals.ENABLED, reason="checks the tricks themselves (KSERVE_SDK_INTERNALS=off)")
 
@@ -300,7 +306,7 @@ def test_a_server_of_two_workers_with_the_tricks_off_counts_and_logs(start_serve
 def test_ray_still_has_the_node_and_the_auto_connect_switch():
     """ray_private: ``ray._private.worker._global_node`` and ``ray._private.auto_init_hook.enable_auto_connect``
     (checked without starting Ray; tests/test_ray.py stops real ones)."""
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")  # the imports below bind `ray` to the same module
     import ray._private.auto_init_hook  # noqa: F401  (what `ray` itself imports, named for the check)
     import ray._private.worker  # noqa: F401
 

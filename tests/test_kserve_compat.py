@@ -11,9 +11,6 @@ import asyncio
 import json
 import os
 import re
-import subprocess
-import sys
-import textwrap
 from types import SimpleNamespace
 
 import numpy as np
@@ -22,8 +19,7 @@ import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
 from tritonclient.utils import InferenceServerException
 
-from conftest import ROOT
-from rawhttp import post_json
+from helpers import ROOT, post_json, run_python
 
 SCRIPT = os.path.join(ROOT, "tests", "models", "kserve_unchanged.py")
 FAKE_KSERVE_MESSAGE = "the real kserve was imported: the kserve_sdk alias did not win"
@@ -49,13 +45,6 @@ def unchanged(request, start_server, fake_kserve, tmp_path_factory):
     with open(SCRIPT) as f:
         copy.write_text("import kserve_sdk.as_kserve\n" + f.read())
     return start_server(str(copy), *args, env={"PYTHONPATH": fake_kserve})
-
-
-def run_python(code: str, pythonpath: str, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": pythonpath}
-    """Run ``python -c code args...`` (``python args...`` without code) with this PYTHONPATH."""
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args] if code else [sys.executable, *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
 
 
 # --- the unchanged script, both ways ---------------------------------------------------------------------------
@@ -106,7 +95,7 @@ def test_registered_exception_handler_gets_loop_errors(unchanged):
 
 def test_without_the_alias_the_fake_kserve_is_what_imports(fake_kserve):
     """The control: run plainly, the script meets the fake kserve, so the tests above would fail without the hook."""
-    out = run_python("", fake_kserve, SCRIPT, "--http_port", "0")
+    out = run_python("", SCRIPT, "--http_port", "0", pythonpath=fake_kserve)
     assert out.returncode != 0 and FAKE_KSERVE_MESSAGE in out.stderr, out.stderr
 
 
@@ -125,10 +114,11 @@ def test_kserve_names_are_the_kserve_sdk_objects(fake_kserve):
         for name in ("errors", "utils.utils", "protocol.infer_type", "protocol.grpc.grpc_predict_v2_pb2", "logging",
                      "protocol.dataplane", "protocol.model_repository_extension"):
             assert sys.modules["kserve." + name] is sys.modules["kserve_sdk." + name], name
-        assert kserve_sdk.errors.__name__ == "kserve_sdk.errors" and kserve_sdk.errors.__spec__.name == "kserve_sdk.errors"
+        assert kserve_sdk.errors.__name__ == "kserve_sdk.errors" \
+            and kserve_sdk.errors.__spec__.name == "kserve_sdk.errors"
         assert logger is kserve_sdk.logging.logger and DataPlane is kserve_sdk.dataplane.DataPlane
         print("ok")
-    """, fake_kserve)
+    """, pythonpath=fake_kserve)
     assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
 
 
@@ -140,7 +130,7 @@ def test_a_module_kserve_sdk_lacks_is_named(fake_kserve):
         except ModuleNotFoundError as e:
             print(e.name)
             print(e)
-    """, fake_kserve)
+    """, pythonpath=fake_kserve)
     assert out.returncode == 0, out.stderr
     name, message = out.stdout.splitlines()
     assert name == "kserve.api"
@@ -151,22 +141,23 @@ def test_a_module_kserve_sdk_lacks_is_named(fake_kserve):
 def test_a_kserve_imported_before_the_alias_is_refused(tmp_path):
     (tmp_path / "kserve").mkdir()
     (tmp_path / "kserve" / "__init__.py").write_text("")
-    out = run_python("import kserve\nimport kserve_sdk.as_kserve\n", str(tmp_path) + os.pathsep + ROOT)
+    out = run_python("import kserve\nimport kserve_sdk.as_kserve\n", pythonpath=str(tmp_path) + os.pathsep + ROOT)
     assert out.returncode == 1
     assert ("ImportError: a real 'kserve' was imported before kserve_sdk's kserve alias was installed: put "
             "`import kserve_sdk.as_kserve` before any kserve import") in out.stderr, out.stderr
 
 
 def test_runner_usage_and_module_mode(fake_kserve, tmp_path):
-    out = run_python("", fake_kserve, "-m", "kserve_sdk")
+    out = run_python("", "-m", "kserve_sdk", pythonpath=fake_kserve)
     assert out.returncode == 2 and out.stderr.startswith("usage: python -m kserve_sdk path/to/model.py [args...]")
-    out = run_python("", fake_kserve, "-m", "kserve_sdk", str(tmp_path / "missing.py"))
+    out = run_python("", "-m", "kserve_sdk", str(tmp_path / "missing.py"), pythonpath=fake_kserve)
     assert out.returncode == 2
     assert out.stderr == f"python -m kserve_sdk: can't open file {str(tmp_path / 'missing.py')!r}: no such file\n"
     (tmp_path / "kserve_user.py").write_text("import sys, kserve\nprint(kserve.__name__, __name__, sys.argv[1:])\n")
-    out = run_python("", str(tmp_path) + os.pathsep + fake_kserve, "-m", "kserve_sdk", "-m", "kserve_user", "--x", "1")
+    out = run_python("", "-m", "kserve_sdk", "-m", "kserve_user", "--x", "1",
+                     pythonpath=str(tmp_path) + os.pathsep + fake_kserve)
     assert (out.returncode, out.stdout) == (0, "kserve_sdk __main__ ['--x', '1']\n"), out.stderr
-    out = run_python("", fake_kserve, "-m", "kserve_sdk", str(tmp_path / "kserve_user.py"), "a")
+    out = run_python("", "-m", "kserve_sdk", str(tmp_path / "kserve_user.py"), "a", pythonpath=fake_kserve)
     assert (out.returncode, out.stdout) == (0, "kserve_sdk __main__ ['a']\n"), out.stderr
 
 
@@ -195,7 +186,7 @@ def test_setup_event_loop_uses_default_then_registered_handler():
             print("ok")
 
         asyncio.run(main())
-    """, ROOT)
+    """)
     assert out.returncode == 0 and out.stdout.splitlines()[-1] == "ok", out.stdout + out.stderr
     assert "Caught exception: division by zero" in out.stdout + out.stderr
     assert "message: Exception in callback" in out.stdout + out.stderr
@@ -314,5 +305,5 @@ def test_the_documented_modules_are_what_imports():
                 else:
                     raise AssertionError(module + " imports, but the page says it does not exist")
         print("ok")
-    """, ROOT, json.dumps([provided, missing]))
+    """, json.dumps([provided, missing]))
     assert out.returncode == 0 and out.stdout == "ok\n", out.stderr

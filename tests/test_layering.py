@@ -95,7 +95,7 @@ def _string_targets(module: str, is_package: bool, tree: ast.AST, known: Set[str
     return targets
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def import_graph(with_strings: bool = False) -> Dict[str, Set[str]]:
     """Module -> the package's modules it imports (itself excluded); ``with_strings`` adds the modules it
     imports lazily through ``importlib.import_module`` strings. (Read once per test run: do not change it.)"""

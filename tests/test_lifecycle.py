@@ -12,10 +12,9 @@ import httpx
 import numpy as np
 import pytest
 
+from helpers import request, scrape, value
 from kserve_sdk.protocol.grpc import grpc_predict_v2_pb2 as pb
 from kserve_sdk.protocol.grpc.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
-from rawhttp import request
-from test_operations import scrape, value
 
 LIMIT = 4096  # --max_body_size
 TIMEOUT = 1.0  # --request_timeout_seconds
@@ -76,7 +75,8 @@ def fp32_request(model: str, value_: float = 1.0) -> pb.ModelInferRequest:
 V2 = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP32", "data": [1.0]}]}).encode()
 # (case, method, path, body, extra headers, status, error text, protocol, endpoint, model label)
 REST_ERRORS = [
-    ("400-fast", "POST", "/v2/models/echo/infer", b'{"inputs": [', {}, 400, "Unrecognized request format", "rest_v2", "infer", "echo"),
+    ("400-fast", "POST", "/v2/models/echo/infer", b'{"inputs": [', {}, 400, "Unrecognized request format",
+     "rest_v2", "infer", "echo"),
     ("400-handler", "POST", "/v2/models/echo/infer", zlib.compress(b'{"inputs": ['), {"Content-Encoding": "deflate"},
      400, "Unrecognized request format", "rest_v2", "infer", "echo"),
     ("404-model", "POST", "/v1/models/nosuch:predict", b'{"instances": [1]}', {}, 404,
@@ -88,7 +88,8 @@ REST_ERRORS = [
      "chunked request body passed the", "rest_v1", "predict", "echo"),
     ("500", "POST", "/v1/models/failing:predict", b'{"instances": ["boom"]}', {}, 500, "RuntimeError : kaboom",
      "rest_v1", "predict", "failing"),
-    ("501", "POST", "/v1/models/echo:explain", b'{"instances": [1]}', {}, 501, "explainer", "rest_v1", "explain", "echo"),
+    ("501", "POST", "/v1/models/echo:explain", b'{"instances": [1]}', {}, 501, "explainer",
+     "rest_v1", "explain", "echo"),
     ("504", "POST", "/v1/models/faulty:predict", b'{"instances": ["sleep:3"]}', {}, 504,
      "did not answer within 1 s", "rest_v1", "predict", "faulty"),
 ]

@@ -14,12 +14,22 @@ import openai
 import pytest
 import tritonclient.grpc as grpcclient
 
-from rawhttp import post_json, request
-from test_operations import scrape, value
+from helpers import (
+    CHAT,
+    COMPLETIONS,
+    assert_openai_error,
+    check_request,
+    check_response,
+    eventually,
+    open_openai_stream,
+    post_json,
+    request,
+    scrape,
+    sse_data,
+    value,
+)
 
 ACCESS = "ACCESS %(request_id)s %(protocol)s %(endpoint)s %(model)s %(status)s"
-COMPLETIONS = "/openai/v1/completions"
-CHAT = "/openai/v1/chat/completions"
 
 
 @pytest.fixture(scope="module", params=["1", "2"], ids=["workers1", "workers2"])
@@ -35,35 +45,6 @@ def server(start_server, request, tmp_path_factory):
 def client(server):
     with openai.OpenAI(base_url=f"{server.url}/openai/v1", api_key="unused", max_retries=0, timeout=30) as c:
         yield c
-
-
-def post(server, path, doc, headers=None):
-    """(status, headers, parsed body) of a raw JSON POST."""
-    body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
-    status, hdrs, raw = request(server.http_port, "POST", path, body, {"Content-Type": "application/json",
-                                                                         **(headers or {})})
-    return status, hdrs, json.loads(raw)
-
-
-def assert_openai_error(got, status, message, param=None, kind=None):
-    """An answer in OpenAI's error shape, with the status as its code."""
-    code, headers, body = got
-    assert code == status, body
-    assert headers["content-type"].startswith("application/json")
-    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
-    error = body["error"]
-    assert message in error["message"], error
-    assert error["code"] == str(status) and error["param"] == param, error
-    if kind is not None:
-        assert error["type"] == kind, error
-    assert "x-request-id" in headers
-
-
-def sse_events(raw: bytes):
-    """The ``data:`` payloads of a Server-Sent Events body, in order."""
-    events = [event for event in raw.decode().split("\n\n") if event]
-    assert all(event.startswith("data: ") for event in events), events
-    return [event[len("data: "):] for event in events]
 
 
 # --- completions -------------------------------------------------------------------------------------------
@@ -114,7 +95,8 @@ def test_chat_with_n_other_than_1_is_refused_by_the_adapter(client, server):
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model="parrot", n=2, messages=[{"role": "user", "content": "hi"}])
     assert caught.value.status_code == 400 and "n != 1 is not supported" in caught.value.message
-    assert_openai_error(post(server, CHAT, {"model": "parrot", "n": 3, "messages": [{"role": "user", "content": "x"}]}),
+    assert_openai_error(post_json(server.http_port, CHAT, {"model": "parrot", "n": 3,
+                                                           "messages": [{"role": "user", "content": "x"}]}),
                         400, "n != 1 is not supported", kind="BadRequestError")
 
 
@@ -144,7 +126,7 @@ def test_embeddings(client):
 def test_rerank_by_raw_http(server):
     doc = {"model": "hasher", "query": "red apple", "documents": ["green pear", "red apple pie", "apple"],
            "top_n": 2}
-    status, headers, body = post(server, "/openai/v1/rerank", doc)
+    status, headers, body = post_json(server.http_port, "/openai/v1/rerank", doc)
     assert status == 200 and headers["content-type"].startswith("application/json"), body
     assert body["id"] == "rerank-1" and body["model"] == "hasher" and body["usage"] == {"total_tokens": 2}
     assert [(r["index"], r["document"]["text"], r["relevance_score"]) for r in body["results"]] == [
@@ -191,16 +173,18 @@ MODEL_ERRORS = [
 
 @pytest.mark.parametrize("doc,status,message,kind", [c[1:] for c in MODEL_ERRORS], ids=[c[0] for c in MODEL_ERRORS])
 def test_model_errors_in_openai_shape(server, doc, status, message, kind):
-    assert_openai_error(post(server, COMPLETIONS, doc), status, message, kind=kind)
-    assert_openai_error(post(server, COMPLETIONS, {**doc, "stream": True}), status, message, kind=kind)
+    assert_openai_error(post_json(server.http_port, COMPLETIONS, doc), status, message, kind=kind)
+    assert_openai_error(post_json(server.http_port, COMPLETIONS, {**doc, "stream": True}), status, message, kind=kind)
 
 
 def test_wrong_kind_for_embeddings_and_chat(server):
-    assert_openai_error(post(server, "/openai/v1/embeddings", {"model": "parrot", "input": "x"}), 400,
+    assert_openai_error(post_json(server.http_port, "/openai/v1/embeddings", {"model": "parrot", "input": "x"}), 400,
                         "Model parrot does not support Embeddings API")
-    assert_openai_error(post(server, "/openai/v1/rerank", {"model": "objects", "query": "x", "documents": []}),
+    assert_openai_error(post_json(server.http_port, "/openai/v1/rerank",
+                                  {"model": "objects", "query": "x", "documents": []}),
                         400, "Model objects does not support Rerank API")
-    assert_openai_error(post(server, CHAT, {"model": "hasher", "messages": [{"role": "user", "content": "x"}]}),
+    assert_openai_error(post_json(server.http_port, CHAT,
+                                  {"model": "hasher", "messages": [{"role": "user", "content": "x"}]}),
                         400, "Model hasher does not support Chat Completion API")
 
 
@@ -216,14 +200,15 @@ def test_the_openai_client_raises_its_typed_errors(client):
 
 
 def test_a_returned_error_response_and_a_raised_openai_error_keep_their_code(server):
-    status, _, body = post(server, COMPLETIONS, {"model": "objects", "prompt": "error-response"})
+    status, _, body = post_json(server.http_port, COMPLETIONS, {"model": "objects", "prompt": "error-response"})
     assert status == 418 and body == {"error": {"code": "418", "message": "I am a teapot", "param": "prompt",
                                                 "type": "Teapot"}}
-    status, _, body = post(server, CHAT, {"model": "objects",
-                                          "messages": [{"role": "user", "content": "openai-error"}]})
+    status, _, body = post_json(server.http_port, CHAT, {"model": "objects",
+                                                         "messages": [{"role": "user", "content": "openai-error"}]})
     assert status == 429 and body == {"error": {"code": "429", "message": "slow down", "param": "",
                                                 "type": "RateLimitError"}}
-    status, _, body = post(server, COMPLETIONS, {"model": "objects", "prompt": "error-response", "stream": True})
+    status, _, body = post_json(server.http_port, COMPLETIONS,
+                                {"model": "objects", "prompt": "error-response", "stream": True})
     assert status == 418 and body["error"]["message"] == "I am a teapot"
 
 
@@ -247,7 +232,7 @@ MALFORMED = [
 
 @pytest.mark.parametrize("path,doc,message,param", [c[1:] for c in MALFORMED], ids=[c[0] for c in MALFORMED])
 def test_malformed_bodies_are_400_naming_the_field(server, path, doc, message, param):
-    assert_openai_error(post(server, path, doc), 400, message, param=param, kind="BadRequestError")
+    assert_openai_error(post_json(server.http_port, path, doc), 400, message, param=param, kind="BadRequestError")
 
 
 VALID = {
@@ -270,7 +255,7 @@ def test_any_wrong_field_is_400_in_openai_shape_never_a_fault(server, path):
             doc = json.dumps({**VALID[path], field: odd}).encode()
             status, headers, raw = request(server.http_port, "POST", path, doc, {"Content-Type": "application/json"})
             if headers["content-type"] == "text/event-stream":
-                assert status == 200 and sse_events(raw)[-1] == "[DONE]"
+                assert status == 200 and sse_data(raw)[-1] == "[DONE]"
                 continue
             body = json.loads(raw)
             model_fault = status == 500 and "(model '" in body["error"]["message"]
@@ -303,7 +288,7 @@ def test_raw_sse_framing_with_kserve_strings_and_framed_objects(server):
                                        {"Content-Type": "application/json", "x-request-id": "sse-1"})
         assert status == 200 and headers["content-type"] == "text/event-stream", raw
         assert headers["x-request-id"] == "sse-1" and headers["cache-control"] == "no-cache"
-        events = sse_events(raw)
+        events = sse_data(raw)
         assert events[-1] == "[DONE]" and events.count("[DONE]") == 1, events  # the model's own is not doubled
         assert all(json.loads(e)["object"] == "text_completion" for e in events[:-1])
 
@@ -313,7 +298,7 @@ def test_one_answer_to_a_stream_request_is_its_only_event(server):
                                    json.dumps({"model": "objects", "prompt": "whoami", "stream": True}).encode(),
                                    {"Content-Type": "application/json"})
     assert status == 200 and headers["content-type"] == "text/event-stream"
-    events = sse_events(raw)
+    events = sse_data(raw)
     assert len(events) == 2 and events[1] == "[DONE]"
     assert json.loads(events[0])["object"] == "text_completion" and headers["x-model-header"] == "objects"
 
@@ -323,11 +308,11 @@ def test_a_stream_survives_gzip(server):
     with httpx.Client() as http:
         got = http.post(server.url + COMPLETIONS, json=doc, headers={"Accept-Encoding": "gzip"})
     assert got.status_code == 200 and got.headers["content-encoding"] == "gzip"
-    events = sse_events(got.content)  # httpx undid the gzip
+    events = sse_data(got.content)  # httpx undid the gzip
     assert len(events) == 301 and events[-1] == "[DONE]"
     status, _, raw = request(server.http_port, "POST", COMPLETIONS, json.dumps(doc).encode(),
                              {"Content-Type": "application/json", "Accept-Encoding": "gzip"})
-    assert status == 200 and sse_events(gzip.decompress(raw))[-1] == "[DONE]"
+    assert status == 200 and sse_data(gzip.decompress(raw))[-1] == "[DONE]"
 
 
 def test_an_error_mid_stream_is_the_last_event_before_done(server):
@@ -335,7 +320,7 @@ def test_an_error_mid_stream_is_the_last_event_before_done(server):
                              json.dumps({"model": "objects", "prompt": "midstream", "stream": True}).encode(),
                              {"Content-Type": "application/json"})
     assert status == 200
-    events = sse_events(raw)
+    events = sse_data(raw)
     assert json.loads(events[0])["choices"][0]["text"] == "one"
     assert json.loads(events[1]) == {"error": {"message": "the model failed after one chunk",
                                                "type": "BadRequestError", "param": None, "code": "400"}}
@@ -343,33 +328,16 @@ def test_an_error_mid_stream_is_the_last_event_before_done(server):
     assert request(server.http_port, "GET", "/v2/health/live")[0] == 200
 
 
-def _open_stream(server, request_id: str) -> socket.socket:
-    """Start a slow streamed completion on a raw socket; return it once two events have arrived."""
-    body = json.dumps({"model": "objects", "prompt": "slow", "stream": True}).encode()
-    sock = socket.create_connection(("127.0.0.1", server.http_port), timeout=10)
-    sock.sendall(b"POST " + COMPLETIONS.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"x-request-id: " + request_id.encode() + b"\r\nContent-Length: " + str(len(body)).encode()
-                 + b"\r\n\r\n" + body)
-    received = b""
-    while received.count(b"data: ") < 2:  # each event is flushed as it is made: two arrive while it runs
-        chunk = sock.recv(65536)
-        assert chunk, received
-        received += chunk
-    assert b" 200 OK" in received.split(b"\r\n", 1)[0]
-    return sock
-
-
 def test_a_client_leaving_mid_stream_cancels_the_generator_within_a_second(server):
     request_id = f"leave-{uuid.uuid4().hex}"
     marker = os.path.join(server.markers, request_id)
-    sock = _open_stream(server, request_id)
+    sock = open_openai_stream(server.http_port, request_id)
     assert not os.path.exists(marker)  # the stream is still running
     sock.close()
     left = time.monotonic()
-    while not os.path.exists(marker) and time.monotonic() - left < 5:
-        time.sleep(0.01)
+    eventually(lambda: os.path.exists(marker), timeout=5, interval=0.01,
+               message="the model's generator was never closed")
     took = time.monotonic() - left
-    assert os.path.exists(marker), "the model's generator was never closed"
     assert took < 1.0, f"the generator was closed {took:.2f} s after the client left"
     with open(marker) as f:
         assert f.read() == "closed"
@@ -377,8 +345,8 @@ def test_a_client_leaving_mid_stream_cancels_the_generator_within_a_second(serve
 
 # --- what the model is handed ------------------------------------------------------------------------------
 def test_raw_request_and_context(server):
-    status, headers, body = post(server, COMPLETIONS, {"model": "objects", "prompt": "whoami"},
-                                 {"x-custom": "yes", "x-request-id": "who-1"})
+    status, headers, body = post_json(server.http_port, COMPLETIONS, {"model": "objects", "prompt": "whoami"},
+                                      {"x-custom": "yes", "x-request-id": "who-1"})
     assert status == 200 and headers["x-model-header"] == "objects" and headers["x-request-id"] == "who-1"
     about = json.loads(body["choices"][0]["text"])
     assert about == {"url": f"http://127.0.0.1:{server.http_port}{COMPLETIONS}", "path": COMPLETIONS,
@@ -468,12 +436,10 @@ def test_llm_and_request_metrics(client, server):
 
 
 def test_one_access_line_per_call_with_the_model(server):
-    post(server, COMPLETIONS, {"model": "parrot", "prompt": "a"}, {"x-request-id": "acc-1"})
-    post(server, COMPLETIONS, {"model": "nope", "prompt": "a"}, {"x-request-id": "acc-2"})
-    deadline = time.monotonic() + 10
-    while "ACCESS acc-2 " not in server.log() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    lines = [line.split("ACCESS ", 1)[1] for line in server.log().splitlines() if "ACCESS acc-" in line]
+    post_json(server.http_port, COMPLETIONS, {"model": "parrot", "prompt": "a"}, {"x-request-id": "acc-1"})
+    post_json(server.http_port, COMPLETIONS, {"model": "nope", "prompt": "a"}, {"x-request-id": "acc-2"})
+    log = server.log_with("ACCESS acc-2 ")
+    lines = [line.split("ACCESS ", 1)[1] for line in log.splitlines() if "ACCESS acc-" in line]
     assert lines == ["acc-1 openai completions parrot 200", "acc-2 openai completions - 404"], lines
 
 
@@ -508,7 +474,7 @@ def test_a_long_streams_gaps_are_all_counted(client, server):
 
 
 def test_a_chat_model_loaded_later_gets_its_routes(server, client):
-    assert_openai_error(post(server, COMPLETIONS, {"model": "late-one", "prompt": "x"}), 404,
+    assert_openai_error(post_json(server.http_port, COMPLETIONS, {"model": "late-one", "prompt": "x"}), 404,
                         "Model with name late-one does not exist.")
     status, _, body = request(server.http_port, "POST", "/v2/repository/models/late-one/load", b"")
     assert status == 200, body
@@ -527,14 +493,15 @@ def v1_server(start_server, request):
 def test_a_server_without_openai_models_has_no_openai_routes_until_one_is_loaded(v1_server):
     code, _, raw = request(v1_server.http_port, "GET", "/openai/v1/models")
     assert code == 404 and json.loads(raw)["error"]["message"] == "no route for GET /openai/v1/models"
-    assert_openai_error(post(v1_server, COMPLETIONS, {"model": "echo", "prompt": "x"}), 404,
+    assert_openai_error(post_json(v1_server.http_port, COMPLETIONS, {"model": "echo", "prompt": "x"}), 404,
                         "no route for POST /openai/v1/completions")
     status, _, body = post_json(v1_server.http_port, "/v1/models/echo:predict", {"instances": ["pydantic"]})
     assert status == 200 and body == {"predictions": ["pydantic"]}
     status, _, body = request(v1_server.http_port, "POST", "/v2/repository/models/late-two/load", b"")
     assert status == 200, body
     for _ in range(4):
-        status, _, body = post(v1_server, COMPLETIONS, {"model": "late-two", "prompt": "a b c", "max_tokens": 2})
+        status, _, body = post_json(v1_server.http_port, COMPLETIONS,
+                                    {"model": "late-two", "prompt": "a b c", "max_tokens": 2})
         assert status == 200 and body["choices"][0]["text"] == "a b", body
     status, _, raw = request(v1_server.http_port, "GET", "/openai/v1/models")
     assert status == 200 and [m["id"] for m in json.loads(raw)["data"]] == ["late-two"]
@@ -542,18 +509,19 @@ def test_a_server_without_openai_models_has_no_openai_routes_until_one_is_loaded
     for path in ("/v2/repository/models/late-three/load", "/v2/repository/models/late-two/unload"):
         assert request(v1_server.http_port, "POST", path, b"")[0] == 200
     for _ in range(4):
-        status, _, body = post(v1_server, COMPLETIONS, {"model": "late-three", "prompt": "d e", "max_tokens": 1})
+        status, _, body = post_json(v1_server.http_port, COMPLETIONS,
+                                    {"model": "late-three", "prompt": "d e", "max_tokens": 1})
         assert status == 200 and body["choices"][0]["text"] == "d", body
     assert request(v1_server.http_port, "POST", "/v2/repository/models/late-three/unload", b"")[0] == 200
     for _ in range(4):
-        assert_openai_error(post(v1_server, COMPLETIONS, {"model": "late-three", "prompt": "x"}), 404,
+        assert_openai_error(post_json(v1_server.http_port, COMPLETIONS, {"model": "late-three", "prompt": "x"}), 404,
                             "no route for POST /openai/v1/completions")
 
 
 def test_a_plain_v1_v2_server_never_imports_pydantic(start_server):
     plain = start_server("tests/models/modules.py", grpc=False)
     assert request(plain.http_port, "GET", "/openai/v1/models")[0] == 404
-    assert post(plain, COMPLETIONS, {"model": "modules", "prompt": "x"})[0] == 404
+    assert post_json(plain.http_port, COMPLETIONS, {"model": "modules", "prompt": "x"})[0] == 404
     status, _, body = post_json(plain.http_port, "/v1/models/modules:predict",
                                 {"instances": ["pydantic", "kserve_sdk.protocol.rest.openai.types"]})
     assert status == 200 and body == {"predictions": [False, False]}, body
@@ -575,7 +543,6 @@ DOCUMENTED = [
 @pytest.mark.parametrize("path,doc,status", [c[1:] for c in DOCUMENTED], ids=[c[0] for c in DOCUMENTED])
 def test_answers_fit_the_openapi_document(server, path, doc, status):
     from kserve_sdk.handlers.docs import openapi_document
-    from test_docs import check_request, check_response
 
     document, body = openapi_document(), json.dumps(doc).encode()
     if status == 200:  # the others are wrong on purpose

@@ -8,15 +8,22 @@ Real servers (tests/models/openai_models.py) on loopback, raw HTTP and the ``ope
 import gzip
 import json
 import signal
-import time
 import zlib
 
 import openai
 import pytest
 
-from rawhttp import request
-from test_openai import COMPLETIONS, CHAT, _open_stream, assert_openai_error
-from test_reliability import _json_body, _raw
+from helpers import (
+    CHAT,
+    COMPLETIONS,
+    assert_openai_error,
+    eventually,
+    exchange,
+    json_of,
+    open_openai_stream,
+    parsed_answer,
+    request,
+)
 
 LIMIT = 4096
 ACCESS = "ACCESS %(protocol)s %(endpoint)s %(status)s %(request_id)s"
@@ -32,14 +39,6 @@ def limited(start_server):
 def big_completion(size: int) -> bytes:
     """A completion request of about ``size`` bytes."""
     return json.dumps({"model": "parrot", "prompt": "a" * size}).encode()
-
-
-def parsed(raw: bytes):
-    """(status, lowercase headers, JSON body) of a raw HTTP answer."""
-    head, _, body = raw.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    return int(lines[0].split()[1]), headers, json.loads(body)
 
 
 def chunked_post(path: str, body: bytes, headers: str = "") -> bytes:
@@ -66,16 +65,16 @@ def test_a_body_over_the_limit_is_413_in_openai_shape(limited, path):
 
 
 def test_a_body_far_over_the_limit_is_413_at_once_in_openai_shape(limited):
-    raw = _raw(limited.http_port, f"POST {COMPLETIONS} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                  f"Content-Length: {10 ** 12}\r\n\r\n{{}}".encode())
+    raw = exchange(limited.http_port, f"POST {COMPLETIONS} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                      f"Content-Length: {10 ** 12}\r\n\r\n{{}}".encode())
     assert b"Connection: close" in raw.partition(b"\r\n\r\n")[0]
-    assert_openai_error(parsed(raw), 413, f"the request body of {10 ** 12} bytes {LARGER}")
+    assert_openai_error(parsed_answer(raw), 413, f"the request body of {10 ** 12} bytes {LARGER}")
 
 
 @pytest.mark.parametrize("path", [COMPLETIONS, CHAT])
 def test_a_chunked_body_over_the_limit_is_413_in_openai_shape(limited, path):
-    raw = _raw(limited.http_port, chunked_post(path, big_completion(LIMIT * 2)))
-    assert_openai_error(parsed(raw), 413, CHUNKED)
+    raw = exchange(limited.http_port, chunked_post(path, big_completion(LIMIT * 2)))
+    assert_openai_error(parsed_answer(raw), 413, CHUNKED)
 
 
 @pytest.mark.parametrize("encoding,compress", [("gzip", gzip.compress), ("deflate", zlib.compress)])
@@ -85,8 +84,8 @@ def test_a_body_inflating_past_the_limit_is_413_in_openai_shape(limited, encodin
     got = request(limited.http_port, "POST", COMPLETIONS, body,
                   {"Content-Type": "application/json", "Content-Encoding": encoding})
     assert_openai_error((got[0], got[1], json.loads(got[2])), 413, INFLATES)
-    raw = _raw(limited.http_port, chunked_post(COMPLETIONS, body, f"Content-Encoding: {encoding}\r\n"))
-    assert_openai_error(parsed(raw), 413, INFLATES)
+    raw = exchange(limited.http_port, chunked_post(COMPLETIONS, body, f"Content-Encoding: {encoding}\r\n"))
+    assert_openai_error(parsed_answer(raw), 413, INFLATES)
 
 
 def test_a_compressed_body_within_the_limit_is_served(limited):
@@ -105,8 +104,8 @@ def test_v1_and_v2_routes_keep_their_413(limited):
     status, _, raw = request(limited.http_port, "POST", INFER, gzip.compress(body),
                              {"Content-Type": "application/json", "Content-Encoding": "gzip"})
     assert status == 413 and json.loads(raw) == {"error": INFLATES}  # was Tornado's bare 400
-    raw = _raw(limited.http_port, chunked_post(INFER, big_completion(LIMIT * 2)))
-    assert raw.startswith(b"HTTP/1.1 413") and _json_body(raw) == {"error": CHUNKED}
+    raw = exchange(limited.http_port, chunked_post(INFER, big_completion(LIMIT * 2)))
+    assert raw.startswith(b"HTTP/1.1 413") and json_of(raw) == {"error": CHUNKED}
 
 
 def test_the_openai_client_raises_its_typed_error_for_413(limited):
@@ -163,7 +162,7 @@ def test_busy_and_draining_are_503_in_openai_shape(start_server):
     the stream holds the drain open and a new call is 503 (shutting down); then the server exits."""
     server = start_server("tests/models/openai_models.py", "--max_concurrent_requests", "1", "--grace_period",
                           "20", grpc=False)
-    sock = _open_stream(server, "holds-the-only-slot")  # two events arrived: the stream is in flight
+    sock = open_openai_stream(server.http_port, "holds-the-only-slot")  # two events arrived: the stream is in flight
     try:
         doc = json.dumps({"model": "parrot", "prompt": "a b"}).encode()
         got = request(server.http_port, "POST", COMPLETIONS, doc, {"Content-Type": "application/json"})
@@ -172,10 +171,8 @@ def test_busy_and_draining_are_503_in_openai_shape(start_server):
                             kind="ServiceUnavailableError")
         assert got[1]["retry-after"] == "1"
         server.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while request(server.http_port, "GET", "/v2/health/ready")[0] != 503:  # the drain has begun
-            assert time.monotonic() < deadline, "the server never began to drain"
-            time.sleep(0.05)
+        eventually(lambda: request(server.http_port, "GET", "/v2/health/ready")[0] == 503,
+                   message="the server never began to drain")
         got = request(server.http_port, "POST", CHAT, json.dumps(
             {"model": "parrot", "messages": [{"role": "user", "content": "hi"}]}).encode(),
             {"Content-Type": "application/json"})

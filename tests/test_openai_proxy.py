@@ -8,12 +8,11 @@ that is not OpenAI's 502 — each with its status and message; an upstream whose
 their optional fields (as OpenAI's API and LitServe write them) read through the validating proxy.
 """
 import json
-import urllib.request
 
 import openai
 import pytest
 
-from conftest import free_port
+from helpers import free_port, post_json_raw, sse_data
 
 PROMPT = "hello there world"
 ECHO = "echo: hello there world"
@@ -37,17 +36,6 @@ def proxy(start_server, upstream, dead_url):
 def client(server) -> openai.OpenAI:
     # no retries: a 503 or 504 must be seen once, as the server sent it
     return openai.OpenAI(base_url=server.url + "/openai/v1", api_key="none", max_retries=0, timeout=30)
-
-
-def post(server, path: str, doc: dict, headers=None):
-    """(status, headers, body bytes) of a raw POST, errors included."""
-    request = urllib.request.Request(server.url + path, data=json.dumps(doc).encode(), method="POST",
-                                     headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as r:
-            return r.status, r.headers, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers, e.read()
 
 
 def error_of(exc_info) -> dict:
@@ -90,12 +78,12 @@ def test_chat_stream(proxy):
 @pytest.mark.parametrize("model", ["echo", "echo-fast"])
 def test_stream_framing(proxy, model):
     """Re-framed (echo) or passed through (echo-fast): text/event-stream, `data: ` events, [DONE] last."""
-    status, headers, body = post(proxy, "/openai/v1/completions", {"model": model, "prompt": PROMPT, "stream": True})
-    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
-    events = body.decode().split("\n\n")
-    assert events[-1] == "" and events[-2] == "data: [DONE]"
-    docs = [json.loads(e[len("data: "):]) for e in events[:-2]]
-    assert all(e.startswith("data: ") for e in events[:-1])
+    status, headers, body = post_json_raw(proxy.http_port, "/openai/v1/completions",
+                                          {"model": model, "prompt": PROMPT, "stream": True})
+    assert status == 200 and headers["content-type"].startswith("text/event-stream")
+    events = sse_data(body)  # every event a `data: ` line
+    assert events[-1] == "[DONE]"
+    docs = [json.loads(e) for e in events[:-1]]
     assert "".join(d["choices"][0]["text"] for d in docs) == ECHO and docs[-1]["model"] == model
 
 
@@ -151,12 +139,12 @@ def test_nulls_in_the_upstreams_chunks_read_as_the_fields_defaults(proxy):
 
 def test_nulls_on_the_wire_of_a_proxied_stream(proxy):
     """The raw events: every chunk re-framed, none an error event, [DONE] last."""
-    status, headers, body = post(proxy, "/openai/v1/chat/completions", {
+    status, headers, body = post_json_raw(proxy.http_port, "/openai/v1/chat/completions", {
         "model": "nully", "stream": True, "messages": [{"role": "user", "content": PROMPT}]})
-    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
-    events = body.decode().split("\n\n")
-    assert events[-2:] == ["data: [DONE]", ""]
-    docs = [json.loads(e[len("data: "):]) for e in events[:-2]]
+    assert status == 200 and headers["content-type"].startswith("text/event-stream")
+    events = sse_data(body)
+    assert events[-1] == "[DONE]"
+    docs = [json.loads(e) for e in events[:-1]]
     assert len(docs) == 5 and not any("error" in d for d in docs), docs
     assert docs[0]["choices"][0]["delta"] == {"role": "assistant", "content": "hello", "tool_calls": []}
     assert docs[3]["choices"][0]["finish_reason"] == "stop" and docs[3]["choices"][0]["delta"] == {"tool_calls": []}
@@ -172,15 +160,15 @@ def test_upstream_4xx_passed_through(proxy, upstream, stream):
     assert e.value.status_code == 400
     assert error_of(e) == {"message": "max_tokens must be at most 100, not 500", "type": "BadRequestError",
                            "param": "max_tokens", "code": "400"}
-    direct = post(upstream, "/openai/v1/completions", doc)
+    direct = post_json_raw(upstream.http_port, "/openai/v1/completions", doc)
     assert direct[0] == 400 and json.loads(direct[2])["error"] == error_of(e)
 
 
 def test_upstream_404_passed_through(proxy, upstream):
     with pytest.raises(openai.NotFoundError) as e:
         client(proxy).chat.completions.create(model="ghost", messages=[{"role": "user", "content": PROMPT}])
-    status, _, body = post(upstream, "/openai/v1/chat/completions",
-                           {"model": "ghost", "messages": [{"role": "user", "content": PROMPT}]})
+    status, _, body = post_json_raw(upstream.http_port, "/openai/v1/chat/completions",
+                                    {"model": "ghost", "messages": [{"role": "user", "content": PROMPT}]})
     assert e.value.status_code == status == 404
     assert error_of(e) == json.loads(body)["error"] and "ghost" in error_of(e)["message"]
 
@@ -214,14 +202,14 @@ def test_upstream_slow_is_504(proxy, upstream, stream):
 
 def test_upstream_stalling_mid_stream_ends_with_an_error_event(proxy, upstream):
     """The answer has started (200): the timeout arrives as the stream's last event."""
-    status, _, body = post(proxy, "/openai/v1/chat/completions",
-                           {"model": "impatient", "stream": True, "messages": [{"role": "user", "content": "stall"}]})
+    status, _, body = post_json_raw(proxy.http_port, "/openai/v1/chat/completions", {
+        "model": "impatient", "stream": True, "messages": [{"role": "user", "content": "stall"}]})
     assert status == 200
-    events = [e for e in body.decode().split("\n\n") if e]
-    assert len(events) == 3 and events[-1] == "data: [DONE]"
-    first = json.loads(events[0][len("data: "):])
+    events = sse_data(body)
+    assert len(events) == 3 and events[-1] == "[DONE]"
+    first = json.loads(events[0])
     assert first["choices"][0]["delta"]["content"] == "echo:"
-    last = json.loads(events[1][len("data: "):])
+    last = json.loads(events[1])
     assert last["error"]["message"] == f"the upstream {upstream.url}/openai/v1/chat/completions sent nothing for 0.5s"
     assert last["error"]["code"] == "504"
 
@@ -260,6 +248,7 @@ def test_the_upstream_connections_close_with_the_server(start_server, upstream, 
 
 def test_an_http_client_that_is_not_aiohttps_is_refused_when_the_model_is_made():
     import httpx
+
     from kserve_sdk.protocol.rest.openai import OpenAIProxyModel
 
     with pytest.raises(TypeError) as e:

@@ -12,7 +12,7 @@ import numpy as np
 import openai
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 SAMPLE = os.path.join(ROOT, "samples", "openai_chat")
 ANSWER = "Wakes before the sun and climbs the stairs to the lamp room."

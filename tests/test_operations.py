@@ -12,23 +12,9 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as tgrpc
-from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from rawhttp import post_json, request
-
-
-def scrape(server) -> dict:
-    """{(metric sample name, frozenset(labels)): value} of one /metrics answer."""
-    out = {}
-    for family in text_string_to_metric_families(httpx.get(f"{server.url}/metrics").text):
-        for sample in family.samples:
-            out[(sample.name, frozenset(sample.labels.items()))] = sample.value
-    return out
-
-
-def value(samples, name, **labels):
-    return samples.get((name, frozenset(labels.items())), 0.0)
+from helpers import post_json, request, scrape, value
 
 
 def grpc_echo(server, n):
@@ -134,10 +120,7 @@ def test_bad_access_log_format_is_reported_and_requests_are_served(start_server)
                           grpc=False)
     status, _, body = post_json(server.http_port, "/v1/models/echo:predict", {"instances": [1]})
     assert status == 200 and body == {"predictions": [1]}
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and "bad --access_log_format" not in server.log():
-        time.sleep(0.05)
-    assert "bad --access_log_format '%(nosuch)s': 'nosuch'" in server.log()
+    assert "bad --access_log_format '%(nosuch)s': 'nosuch'" in server.log_with("bad --access_log_format", timeout=5)
 
 
 def test_per_request_lines_written_directly_match_the_logging_module():
@@ -182,8 +165,13 @@ def test_per_request_lines_on_the_loop_wait_briefly_and_go_out_together_in_order
     import logging
 
     from kserve_sdk import logging as server_logging
-    from kserve_sdk.logging import (KSERVE_LOGGER_DATE_FORMAT, KSERVE_TRACE_LOGGER_FORMAT, Formatter, flush_pending,
-                                    log_info_fast)
+    from kserve_sdk.logging import (
+        KSERVE_LOGGER_DATE_FORMAT,
+        KSERVE_TRACE_LOGGER_FORMAT,
+        Formatter,
+        flush_pending,
+        log_info_fast,
+    )
 
     class Recorder:
         def __init__(self):

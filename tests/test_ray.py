@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import kserve_sdk as kserve
+from helpers import eventually, read_sse
 from kserve_sdk import InferOutput, InferRequest, InferResponse
 from kserve_sdk.errors import InvalidInput
 
@@ -98,7 +99,7 @@ def main() -> None:
                 for name, (cls, args, options) in DEPLOYMENTS.items()}
         if hasattr(serve, "run_many"):  # deploy all at once, without waiting: RayModel.load() waits
             targets = [serve.RunTarget(app, name=name, route_prefix=None) for name, app in apps.items()]
-            handles = dict(zip(apps, serve.run_many(targets, wait_for_applications_running=False)))
+            handles = dict(zip(apps, serve.run_many(targets, wait_for_applications_running=False), strict=True))
         else:
             handles = {name: serve.run(app, name=name, route_prefix=None) for name, app in apps.items()}
         models = [RayModel(name, handle) for name, handle in handles.items()]
@@ -225,15 +226,8 @@ def test_replica_errors_keep_their_status(server, rows, status, message):
 
 
 def test_streaming_through_ray(server):
-    from httpx_sse import connect_sse
-
-    events = []
     body = {"text_input": "one two three four", "parameters": {"gap_ms": 700}}
-    with httpx.Client(base_url=server.url, timeout=30) as client:
-        with connect_sse(client, "POST", "/v2/models/tokens/generate_stream", json=body) as source:
-            assert source.response.status_code == 200
-            for event in source.iter_sse():
-                events.append((time.monotonic(), json.loads(event.data)))
+    _, events = read_sse(server.url, "/v2/models/tokens/generate_stream", body)
     assert "".join(data["text_output"] for _, data in events) == "one two three four"
     assert {data["model_name"] for _, data in events} == {"tokens"}
     assert events[0][1]["pid"] != server.proc.pid
@@ -242,18 +236,22 @@ def test_streaming_through_ray(server):
     assert [json.loads(line)["text_output"] for line in lines.text.splitlines()] == ["a", " b"]
 
 
+def none_left(sid: int) -> bool:
+    left = session_processes(sid)
+    assert left == [], left
+    return True
+
+
 def test_stop_leaves_no_ray_process(server):
     sid = server.proc.pid
     names = " ".join(args for _, args in session_processes(sid))
     assert "raylet" in names and "gcs_server" in names, names
     os.kill(server.proc.pid, signal.SIGTERM)  # the server alone: it drains, then shuts Serve and Ray down
     assert server.wait_exit(timeout=60) == 0, server.log()[-3000:]
-    deadline = time.monotonic() + 10
-    while session_processes(sid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = session_processes(sid)
-    kill_session(sid)
-    assert left == [], left
+    try:
+        eventually(lambda: none_left(sid), timeout=10, interval=0.2)
+    finally:
+        kill_session(sid)
 
 
 def test_sample_serves_as_its_readme_shows_and_stops_with_its_process_group(start_server):
@@ -273,10 +271,7 @@ def test_sample_serves_as_its_readme_shows_and_stops_with_its_process_group(star
             assert (response.status_code, response.json()) == (200, expected)
         os.killpg(sid, signal.SIGTERM)  # Ray's raylet and gcs_server get it too: shutdown() copes
         assert sample.wait_exit(timeout=60) == 0, sample.log()[-3000:]
-        deadline = time.monotonic() + 15
-        while session_processes(sid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert session_processes(sid) == []
+        eventually(lambda: none_left(sid), timeout=15, interval=0.2)
     finally:
         if sample.proc.poll() is None:
             sample.stop()

@@ -13,9 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
+from helpers import assert_error_answer, binary_body, eventually, exchange, json_of, request, v2_fp32_doc
 from kserve_sdk.protocol.grpc import grpc_predict_v2_pb2 as pb
 from kserve_sdk.protocol.grpc.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
-from rawhttp import binary_body, request
 
 LIMIT = 65536          # --max_body_size of the guarded server
 CONCURRENCY = 4        # --max_concurrent_requests
@@ -33,9 +33,7 @@ def guarded(start_server):
 
 
 def fp32(**overrides):
-    entry = {"name": "INPUT0", "shape": [2], "datatype": "FP32", "data": [1.0, 2.0]}
-    entry.update(overrides)
-    return json.dumps({"inputs": [entry]}).encode()
+    return json.dumps(v2_fp32_doc(**overrides)).encode()
 
 
 def binary(entry_overrides, payload, header_len=None):
@@ -49,15 +47,6 @@ def binary(entry_overrides, payload, header_len=None):
 
 def bytes_input(payload: bytes, shape=(1,), model="echo"):
     return (f"/v2/models/{model}/infer",) + binary({"shape": list(shape), "datatype": "BYTES"}, payload)
-
-
-def assert_answer(server, got, status, message):
-    code, headers, body = got
-    assert code == status, body[:300]
-    assert headers["content-type"].startswith("application/json")
-    doc = json.loads(body)
-    assert set(doc) == {"error"} and message in doc["error"], doc
-    assert request(server.http_port, "GET", "/v2/health/live")[0] == 200  # the worker goes on
 
 
 # (id, path, body, headers, status, message) -- each a kind of hostile input
@@ -126,55 +115,25 @@ BAD_REST = [
 @pytest.mark.parametrize("path,body,headers,status,message", [c[1:] for c in BAD_REST], ids=[c[0] for c in BAD_REST])
 def test_bad_rest_input(guarded, path, body, headers, status, message):
     method = "GET" if path.endswith("/ready") else "POST"
-    assert_answer(guarded, request(guarded.http_port, method, path, body, headers), status, message)
+    assert_error_answer(guarded.http_port, request(guarded.http_port, method, path, body, headers), status, message)
 
 
 # --- the body limit --------------------------------------------------------------------------------------
-def _raw(port: int, data: bytes, read_timeout: float = 5.0) -> bytes:
-    """Send ``data`` on a fresh connection and read until the server closes it (or the timeout)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=read_timeout) as s:
-        s.sendall(data)
-        chunks = []
-        try:
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                if b"\r\n\r\n" in b"".join(chunks) and _complete(b"".join(chunks)):
-                    break
-        except socket.timeout:
-            pass
-        return b"".join(chunks)
-
-
-def _complete(raw: bytes) -> bool:
-    head, _, body = raw.partition(b"\r\n\r\n")
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            return len(body) >= int(line.split(b":")[1])
-    return False
-
-
-def _json_body(raw: bytes):
-    return json.loads(raw.partition(b"\r\n\r\n")[2])
-
-
 def test_body_over_the_limit_is_413_after_it_is_read(guarded):
     body = b"x" * (LIMIT + 1000)
     got = request(guarded.http_port, "POST", INFER, body)
-    assert_answer(guarded, got, 413,
-                  f"the request body of {LIMIT + 1000} bytes is larger than the {LIMIT} bytes this server accepts "
-                  "(--max_body_size)")
+    assert_error_answer(guarded.http_port, got, 413,
+                        f"the request body of {LIMIT + 1000} bytes is larger than the {LIMIT} bytes this server "
+                        "accepts (--max_body_size)")
 
 
 def test_body_far_over_the_limit_is_413_at_once(guarded):
     start = time.monotonic()
-    raw = _raw(guarded.http_port, f"POST {INFER} HTTP/1.1\r\nHost: x\r\nContent-Length: {10 ** 12}\r\n\r\n"
-                                  "only a few bytes".encode())
+    raw = exchange(guarded.http_port, f"POST {INFER} HTTP/1.1\r\nHost: x\r\nContent-Length: {10 ** 12}\r\n\r\n"
+                                      "only a few bytes".encode())
     assert raw.startswith(b"HTTP/1.1 413"), raw[:200]
     assert b"Connection: close" in raw
-    assert "larger than the 65536 bytes" in _json_body(raw)["error"]
+    assert "larger than the 65536 bytes" in json_of(raw)["error"]
     assert time.monotonic() - start < 2
 
 
@@ -182,9 +141,9 @@ def test_chunked_body_over_the_limit_is_413(guarded):
     chunk = b"y" * 16384
     data = f"POST {INFER} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
     data += b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(6))
-    raw = _raw(guarded.http_port, data)
+    raw = exchange(guarded.http_port, data)
     assert raw.startswith(b"HTTP/1.1 413"), raw[:200]
-    assert "the chunked request body passed the 65536 bytes" in _json_body(raw)["error"]
+    assert "the chunked request body passed the 65536 bytes" in json_of(raw)["error"]
     assert request(guarded.http_port, "GET", "/v2/health/live")[0] == 200
 
 
@@ -192,7 +151,7 @@ def test_chunked_body_under_the_limit_is_served(guarded):
     body = fp32()
     data = f"POST {INFER} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n".encode()
     data += b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
-    raw = _raw(guarded.http_port, data)
+    raw = exchange(guarded.http_port, data)
     assert raw.startswith(b"HTTP/1.1 200"), raw[:300]
 
 
@@ -328,8 +287,9 @@ def test_model_that_hangs_is_cancelled_at_the_timeout(guarded):
     start = time.monotonic()
     got = _v1(guarded, "faulty", "hang")
     assert TIMEOUT <= time.monotonic() - start < TIMEOUT + 1
-    assert_answer(guarded, got, 504,
-                  "model 'faulty' did not answer within 1.5 s (--request_timeout_seconds); the call was cancelled")
+    assert_error_answer(guarded.http_port, got, 504,
+                        "model 'faulty' did not answer within 1.5 s (--request_timeout_seconds); the call was "
+                        "cancelled")
     assert _cancelled(guarded) == before + 1  # the model's coroutine saw CancelledError
 
 
@@ -339,7 +299,8 @@ def test_timeout_parameter_shortens_the_deadline(guarded):
     start = time.monotonic()
     got = request(guarded.http_port, "POST", "/v2/models/faulty/infer", json.dumps(doc).encode())
     assert time.monotonic() - start < 1.2
-    assert_answer(guarded, got, 504, "model 'faulty' did not answer within 0.2 s (the request's timeout parameter)")
+    assert_error_answer(guarded.http_port, got, 504,
+                        "model 'faulty' did not answer within 0.2 s (the request's timeout parameter)")
 
 
 def test_grpc_timeout_is_deadline_exceeded(guarded):
@@ -349,21 +310,17 @@ def test_grpc_timeout_is_deadline_exceeded(guarded):
 
 @pytest.mark.parametrize("path,body", [
     ("/v1/models/faulty:predict", b'{"instances": ["sleep:1.2"]}'),
-    ("/v2/models/faulty/infer", b'{"inputs": [{"name": "x", "shape": [1], "datatype": "BYTES", "data": ["sleep:1.2"]}]}'),
+    ("/v2/models/faulty/infer",
+     b'{"inputs": [{"name": "x", "shape": [1], "datatype": "BYTES", "data": ["sleep:1.2"]}]}'),
 ], ids=["v1", "v2"])
 def test_client_that_disconnects_cancels_the_model(guarded, path, body):
     before = _cancelled(guarded)
     with socket.create_connection(("127.0.0.1", guarded.http_port)) as s:
         s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
         time.sleep(0.3)
-    deadline = time.monotonic() + 0.6  # well before the model's 1.2 s sleep would end
-    while _cancelled(guarded) == before and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert _cancelled(guarded) == before + 1
-    deadline = time.monotonic() + 5
-    while f'"POST {path} HTTP/1.1" 499 ' not in guarded.log() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert f'"POST {path} HTTP/1.1" 499 ' in guarded.log()  # the access line says the client went away
+    # well before the model's 1.2 s sleep would end
+    assert eventually(lambda: _cancelled(guarded) - before, timeout=0.6, interval=0.02) == 1
+    guarded.log_with(f'"POST {path} HTTP/1.1" 499 ', timeout=5)  # the access line says the client went away
 
 
 # --- slow clients ------------------------------------------------------------------------------------------
@@ -421,12 +378,12 @@ MODEL_FAULTS = [
 def test_model_fault_is_a_500_naming_the_model(guarded, what, status, message):
     doc = {"inputs": [{"name": "x", "shape": [1], "datatype": "BYTES", "data": [what]}]}
     v2 = request(guarded.http_port, "POST", "/v2/models/faulty/infer", json.dumps(doc).encode())
-    assert_answer(guarded, v2, status, message)
+    assert_error_answer(guarded.http_port, v2, status, message)
     code, details = _infer_error(guarded, _bytes_request("faulty", what.encode()))
     assert code == grpc.StatusCode.INTERNAL and message in details
     if what in ("raise", "wrongtype", "unencodable"):
-        assert_answer(guarded, _v1(guarded, "faulty", what), status, message if what == "raise" else
-                      "model 'faulty' returned a response that cannot be encoded")
+        assert_error_answer(guarded.http_port, _v1(guarded, "faulty", what), status,
+                            message if what == "raise" else "model 'faulty' returned a response that cannot be encoded")
     assert json.loads(_v1(guarded, "faulty", "fine")[2]) == {"predictions": ["fine"]}
 
 

@@ -5,31 +5,14 @@ import struct
 import numpy as np
 import pytest
 
-from rawhttp import binary_body, post_json, request
+from helpers import assert_error_answer, binary_body, post_json, request, v2_fp32_doc
 
 INFER = "/v2/models/echo/infer"
 
 
-def fp32_input(**overrides):
-    entry = {"name": "INPUT0", "shape": [2], "datatype": "FP32", "data": [1.0, 2.0]}
-    entry.update(overrides)
-    return {"inputs": [entry]}
-
-
-def assert_error(zoo, status, message, got):
-    code, headers, body = got
-    assert code == status, body
-    assert headers["content-type"].startswith("application/json")
-    doc = json.loads(body)
-    assert set(doc) == {"error"}
-    assert message in doc["error"], doc["error"]
-    # the server goes on answering
-    assert request(zoo.http_port, "GET", "/v2/health/live")[0] == 200
-
-
 CASES = [
     # (id, path, body bytes, headers, status, message)
-    ("unknown-model-v2", "/v2/models/nope/infer", json.dumps(fp32_input()).encode(), {}, 404,
+    ("unknown-model-v2", "/v2/models/nope/infer", json.dumps(v2_fp32_doc()).encode(), {}, 404,
      "Model with name nope does not exist."),
     ("unknown-model-v1", "/v1/models/nope:predict", b'{"instances": [1]}', {}, 404,
      "Model with name nope does not exist."),
@@ -43,22 +26,22 @@ CASES = [
     ("instances-not-list", "/v1/models/echo:predict", b'{"instances": 5}', {}, 400,
      'Expected "instances" to be a list'),
     ("input-not-object", INFER, b'{"inputs": [3]}', {}, 400, "each input must be a JSON object"),
-    ("wrong-datatype", INFER, json.dumps(fp32_input(datatype="FLOAT99")).encode(), {}, 400,
+    ("wrong-datatype", INFER, json.dumps(v2_fp32_doc(datatype="FLOAT99")).encode(), {}, 400,
      "unsupported datatype 'FLOAT99'"),
-    ("negative-dim", INFER, json.dumps(fp32_input(shape=[-2])).encode(), {}, 400, "negative dimension"),
-    ("shape-not-ints", INFER, json.dumps(fp32_input(shape=["2"])).encode(), {}, 400,
+    ("negative-dim", INFER, json.dumps(v2_fp32_doc(shape=[-2])).encode(), {}, 400, "negative dimension"),
+    ("shape-not-ints", INFER, json.dumps(v2_fp32_doc(shape=["2"])).encode(), {}, 400,
      "shape must be a list of integers"),
-    ("data-length-vs-shape", INFER, json.dumps(fp32_input(shape=[3])).encode(), {}, 400,
+    ("data-length-vs-shape", INFER, json.dumps(v2_fp32_doc(shape=[3])).encode(), {}, 400,
      "2 values given but shape [3] needs 3"),
-    ("nested-data-vs-shape", INFER, json.dumps(fp32_input(shape=[2, 3], data=[[1, 2], [3, 4]])).encode(), {},
+    ("nested-data-vs-shape", INFER, json.dumps(v2_fp32_doc(shape=[2, 3], data=[[1, 2], [3, 4]])).encode(), {},
      400, "4 values given but shape [2, 3] needs 6"),
-    ("data-not-numbers", INFER, json.dumps(fp32_input(data=["a", "b"])).encode(), {}, 400,
+    ("data-not-numbers", INFER, json.dumps(v2_fp32_doc(data=["a", "b"])).encode(), {}, 400,
      "data does not fit datatype FP32"),
     ("data-missing", INFER, b'{"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP32"}]}', {}, 400,
      "'data' field is missing for input 'INPUT0'"),
-    ("duplicate-input", INFER, json.dumps({"inputs": fp32_input()["inputs"] * 2}).encode(), {}, 400,
+    ("duplicate-input", INFER, json.dumps({"inputs": v2_fp32_doc()["inputs"] * 2}).encode(), {}, 400,
      "duplicate input name 'INPUT0'"),
-    ("unknown-output", INFER, json.dumps({**fp32_input(), "outputs": [{"name": "NOPE"}]}).encode(), {}, 400,
+    ("unknown-output", INFER, json.dumps({**v2_fp32_doc(), "outputs": [{"name": "NOPE"}]}).encode(), {}, 400,
      "Unexpected inference output 'NOPE' for model 'echo'"),
     ("model-invalid-input", "/v1/models/failing:predict", b'{"instances": ["invalid"]}', {}, 400,
      "instance 0 must be a number"),
@@ -76,7 +59,7 @@ CASES = [
 
 @pytest.mark.parametrize("path,body,headers,status,message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_error(zoo, path, body, headers, status, message):
-    assert_error(zoo, status, message, request(zoo.http_port, "POST", path, body, headers))
+    assert_error_answer(zoo.http_port, request(zoo.http_port, "POST", path, body, headers), status, message)
 
 
 def _binary_case(size_param, payload, header_len=None, shape=(2,)):
@@ -105,13 +88,13 @@ BINARY_CASES = [
 @pytest.mark.parametrize("body_headers,message", [c[1:] for c in BINARY_CASES], ids=[c[0] for c in BINARY_CASES])
 def test_binary_error(zoo, body_headers, message):
     body, headers = body_headers
-    assert_error(zoo, 400, message, request(zoo.http_port, "POST", INFER, body, headers))
+    assert_error_answer(zoo.http_port, request(zoo.http_port, "POST", INFER, body, headers), 400, message)
 
 
 def test_binary_size_without_header(zoo):
     doc = {"inputs": [{"name": "INPUT0", "shape": [2], "datatype": "FP32", "parameters": {"binary_data_size": 8}}]}
     got = request(zoo.http_port, "POST", INFER, json.dumps(doc).encode() + b"\0" * 8)
-    assert_error(zoo, 400, "Unrecognized request format", got)
+    assert_error_answer(zoo.http_port, got, 400, "Unrecognized request format")
 
 
 def test_bytes_length_prefix_that_lies(zoo):
@@ -120,7 +103,7 @@ def test_bytes_length_prefix_that_lies(zoo):
                           "parameters": {"binary_data_size": len(element)}}]}
     body, headers = binary_body(header, element)
     got = request(zoo.http_port, "POST", INFER, body, headers)
-    assert_error(zoo, 400, "BYTES element length 50 at offset 0 runs past the end of the data", got)
+    assert_error_answer(zoo.http_port, got, 400, "BYTES element length 50 at offset 0 runs past the end of the data")
 
 
 def test_non_utf8_bytes_as_json_output(zoo):
@@ -130,14 +113,14 @@ def test_non_utf8_bytes_as_json_output(zoo):
               "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": False}}]}
     body, headers = binary_body(header, element)
     got = request(zoo.http_port, "POST", INFER, body, headers)
-    assert_error(zoo, 400, "tensor 'OUTPUT0' holds bytes that are not UTF-8 text", got)
+    assert_error_answer(zoo.http_port, got, 400, "tensor 'OUTPUT0' holds bytes that are not UTF-8 text")
 
 
 def test_model_not_ready_is_503(start_server):
     server = start_server("tests/models/zoo.py", env={"ZOO_MODELS": "toggle"}, grpc=False)
     assert post_json(server.http_port, "/v1/models/toggle:predict", {"instances": ["off"]})[0] == 200
     for path in ("/v1/models/toggle:predict", "/v2/models/toggle/infer"):
-        doc = {"instances": [1]} if path.startswith("/v1") else fp32_input()
+        doc = {"instances": [1]} if path.startswith("/v1") else v2_fp32_doc()
         status, _, body = post_json(server.http_port, path, doc)
         assert status == 503 and body == {"error": "Model with name toggle is not ready."}
     assert request(server.http_port, "GET", "/v1/models/toggle")[0] == 503

@@ -1,7 +1,7 @@
 """KServe v1 REST with curl-equivalent raw HTTP: routes, pipeline order, response headers, explain."""
 import json
 
-from rawhttp import post_json, request
+from helpers import post_json, request
 
 
 def test_root_and_listing(zoo):

@@ -64,7 +64,8 @@ def test_infer_round_trip(client, datatype, binary_in, binary_out):
 
 def test_no_requested_outputs_defaults_to_binary_and_all_outputs(client):
     a, b = _sample("FP32"), _sample("INT64")
-    inputs = [httpclient.InferInput("INPUT0", list(a.shape), "FP32"), httpclient.InferInput("INPUT1", list(b.shape), "INT64")]
+    inputs = [httpclient.InferInput("INPUT0", list(a.shape), "FP32"),
+              httpclient.InferInput("INPUT1", list(b.shape), "INT64")]
     inputs[0].set_data_from_numpy(a)
     inputs[1].set_data_from_numpy(b, binary_data=False)
     result = client.infer("echo", inputs)
@@ -143,10 +144,11 @@ def test_compressed_requests_and_responses(client, algorithm):
 def test_deflate_bomb_and_garbage_are_refused(zoo):
     import zlib
 
-    from rawhttp import request
+    from helpers import request
 
     bomb = zlib.compress(b"0" * (101 * 1024 * 1024))
     status, _, body = request(zoo.http_port, "POST", "/v2/models/echo/infer", bomb, {"Content-Encoding": "deflate"})
     assert status == 413 and b"inflates to more than" in body
-    status, _, body = request(zoo.http_port, "POST", "/v2/models/echo/infer", b"not deflate", {"Content-Encoding": "deflate"})
+    status, _, body = request(zoo.http_port, "POST", "/v2/models/echo/infer", b"not deflate",
+                              {"Content-Encoding": "deflate"})
     assert status == 400 and b"not valid deflate data" in body

@@ -15,9 +15,18 @@ import jsonschema
 import pytest
 import yaml
 
-from conftest import ROOT, free_port, stop_process_group
-from test_samples import LAUNCHER, flag_values, procfile, readme_commands, same_line, server_flags
-from test_samples import wait_ready
+from helpers import (
+    LAUNCHER,
+    ROOT,
+    flag_values,
+    free_port,
+    procfile,
+    readme_commands,
+    same_line,
+    server_flags,
+    stop_process_group,
+    wait_ready,
+)
 
 FOLDER = os.path.join(ROOT, "samples", "runtimes")
 SCHEMAS = {"ClusterServingRuntime": "clusterservingruntime.schema.json",

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from typing import Dict, List, Tuple
 
 import numpy as np
@@ -22,8 +21,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import ROOT, Server, free_port, http_get
-from test_grpc import rest_json, triton_error
+from helpers import ROOT, Server, answers_ok, eventually, free_port, http_get, post_json, triton_error, triton_input
 from samples.runtimes.train import iris, save_lightgbm, save_onnx, save_sklearn, save_xgboost
 
 LAUNCHER = os.path.join(ROOT, "tests", "models", "run_module.py")
@@ -89,7 +87,7 @@ def expected(trained) -> Dict[str, object]:
         "sklearn-proba": sklearn_model.predict_proba(data),
         "xgboost": booster.predict(xgb.DMatrix(data)),
         "lightgbm": lgb.Booster(model_file=os.path.join(trained["lightgbm"], "model.bst")).predict(data),
-        "onnx": dict(zip(names, session.run(None, {"X": data.astype(np.float32)}))),
+        "onnx": dict(zip(names, session.run(None, {"X": data.astype(np.float32)}), strict=True)),
     }
 
 
@@ -123,21 +121,21 @@ class FileServer:
 
 def wait_ready(server: Server, timeout: float = 90.0, restarts: int = 2) -> None:
     """Until the server is ready; one that lost its free port to another process is started again."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    left = [restarts]
+
+    def ready() -> bool:
         if server.proc.poll() is not None:
-            if restarts and "Address already in use" in server.log():
-                restarts -= 1
+            if left[0] and "Address already in use" in server.log():
+                left[0] -= 1
                 server.start(wait_ready=False)
-                continue
-            raise AssertionError(f"{server.args} exited {server.proc.returncode}:\n{server.log()}")
-        try:
-            if http_get(server.url + "/v2/health/ready", timeout=1)[0] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"{server.args} not ready in {timeout} s:\n{server.log()}")
+                return False
+            pytest.fail(f"{server.args} exited {server.proc.returncode}:\n{server.log()}")
+        return answers_ok(server.url + "/v2/health/ready")
+
+    try:
+        eventually(ready, timeout, interval=0.1)
+    except AssertionError:
+        raise AssertionError(f"{server.args} not ready in {timeout} s:\n{server.log()}") from None
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +174,8 @@ def servers(trained, files, tmp_path_factory) -> Dict[str, Server]:
 
 # --- clients -------------------------------------------------------------------------------------------------
 def post(server: Server, path: str, body: Dict) -> Tuple[int, Dict]:
-    return rest_json(server.url + path, body)
+    status, _, doc = post_json(server.http_port, path, body, timeout=10)
+    return status, doc
 
 
 def v2_infer(server: Server, model: str, arrays: Dict[str, np.ndarray], protocol: str,
@@ -188,9 +187,7 @@ def v2_infer(server: Server, model: str, arrays: Dict[str, np.ndarray], protocol
     try:
         inputs = []
         for name, array in arrays.items():
-            tensor = module.InferInput(name, list(array.shape), datatypes[name])
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
+            inputs.append(triton_input(module, name, array, datatypes[name]))
         requested = [module.InferRequestedOutput(name) for name in outputs] or None
         result = client.infer(model, inputs, outputs=requested)
         names = [o["name"] for o in result.get_response()["outputs"]] if protocol == "rest" \
@@ -276,7 +273,8 @@ METADATA = {
     "sklearn-proba": ([tensor("input-0", "FP64", [-1, 4])], [tensor("output-0", "FP64", [-1, 3])]),
     "xgboost": ([tensor("input-0", "FP32", [-1, 4])], [tensor("output-0", "FP32", [-1, 3])]),
     "lightgbm": ([tensor("input-0", "FP64", [-1, 4])], [tensor("output-0", "FP64", [-1, 3])]),
-    "onnx": ([tensor("X", "FP32", [-1, 4])], [tensor("label", "INT64", [-1]), tensor("probabilities", "FP32", [-1, 3])]),
+    "onnx": ([tensor("X", "FP32", [-1, 4])],
+             [tensor("label", "INT64", [-1]), tensor("probabilities", "FP32", [-1, 3])]),
     "onnx-two-inputs": ([tensor("x", "FP32", [-1, 4]), tensor("w", "INT64", [-1, 1])], [tensor("y", "FP32", [-1, 4])]),
 }
 
@@ -355,7 +353,8 @@ def test_onnx_input_errors(servers):
         ("StatusCode.INVALID_ARGUMENT", "unknown input z; the model's inputs are x, w")
     assert v2_error(server, model, {"x": x, "w": x[:, :1]}, "rest", {"x": "FP32", "w": "FP32"}) == \
         ("400", "input w: expected INT64, got FP32")
-    assert v2_error(server, model, {"x": np.zeros((2, 4), np.float32), "w": w}, "rest", {"x": "FP32", "w": "INT64"}) == \
+    assert v2_error(server, model, {"x": np.zeros((2, 4), np.float32), "w": w}, "rest",
+                    {"x": "FP32", "w": "INT64"}) == \
         ("400", "input w: dimension n is 1, but 2 in input x")  # the graph names both batch dimensions n
     words = np.array([["a", "b", "c", "d"]], dtype=np.object_)
     assert v2_error(server, model, {"x": words, "w": w}, "grpc", {"x": "BYTES", "w": "INT64"}) == \

@@ -28,102 +28,42 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import jsonschema
 import pytest
 import yaml
 
-from conftest import ROOT, free_port, http_get
+from helpers import (
+    LAUNCHER,
+    ROOT,
+    SAMPLES_DIR,
+    flag_values,
+    free_port,
+    markdown_parts,
+    post_json,
+    procfile,
+    readme_commands,
+    same_line,
+    server_flags,
+    shell_commands,
+    split_command,
+    wait_ready,
+)
 
-SAMPLES_DIR = os.path.join(ROOT, "samples")
 SCHEMA = os.path.join(ROOT, "tests", "schemas", "inferenceservice.schema.json")
 # The samples of issue 9 and openai_chat (issue 19), each run here in its own fresh environment. (A sample
 # whose requirements take minutes to install, such as samples/parallel_ray with Ray, is tested by its own
 # test file.)
 SAMPLES = sorted({"custom_model", "custom_grpc", "text_stream", "transformer", "logging", "openai_chat"})
 PYTHON_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
-LAUNCHER = ["/cnb/lifecycle/launcher", "--"]
 PORT_FLAGS = {"--http_port": "http1", "--grpc_port": "h2c"}
 # The environment a user's shell would give: no virtual environment or PYTHONPATH of the test run.
 BASE_ENV = {k: v for k, v in os.environ.items()
             if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS", "PYTEST_CURRENT_TEST")}
 
 
-# --- reading the markdown -----------------------------------------------------------------------------
-FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```[ \t]*$", re.S | re.M)
-
-
-def markdown_parts(text: str) -> Iterator[Tuple[str, str, str]]:
-    """(kind, info, body) in page order: ("code", info string, code) and ("text", "", paragraph)."""
-    pos = 0
-    for m in FENCE.finditer(text):
-        for para in re.split(r"\n\s*\n", text[pos:m.start()]):
-            if para.strip():
-                yield "text", "", para
-        yield "code", m.group(1).strip(), m.group(2)
-        pos = m.end()
-    for para in re.split(r"\n\s*\n", text[pos:]):
-        if para.strip():
-            yield "text", "", para
-
-
-def shell_commands(block: str) -> List[Tuple[str, List[str]]]:
-    """The commands of a shell block, each with the `# ...` lines right under it (its expected output)."""
-    commands: List[Tuple[str, List[str]]] = []
-    lines, i, attached = block.splitlines(), 0, False
-    while i < len(lines):
-        line = lines[i].strip()
-        i += 1
-        if not line:
-            attached = False
-        elif line.startswith("#"):
-            if attached:
-                commands[-1][1].append(line[1:].strip())
-        else:
-            while line.endswith("\\") and i < len(lines):
-                line = line[:-1].rstrip() + " " + lines[i].strip()
-                i += 1
-            commands.append((line, []))
-            attached = True
-    return commands
-
-
-def readme_commands(sample: str) -> List[Tuple[str, List[str]]]:
-    with open(os.path.join(SAMPLES_DIR, sample, "README.md")) as f:
-        text = f.read()
-    return [c for kind, info, body in markdown_parts(text)
-            if kind == "code" and info in ("sh", "bash", "shell") for c in shell_commands(body)]
-
-
-def same_line(got: str, want: str) -> bool:
-    """Lines agree: equal as JSON (also after an SSE `data: ` prefix) or as text."""
-    for prefix in ("", "data: "):
-        if got.startswith(prefix) and want.startswith(prefix):
-            try:
-                return json.loads(got[len(prefix):]) == json.loads(want[len(prefix):])
-            except ValueError:
-                continue
-    return got.strip() == want.strip()
-
-
 # --- processes ----------------------------------------------------------------------------------------
-def wait_ready(port: int, proc: subprocess.Popen, log: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"exited with {proc.returncode} before port {port} was ready:\n{read(log)}")
-        try:
-            if http_get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1)[0] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"port {port} not ready after {timeout}s:\n{read(log)}")
-
-
 def stop(proc: subprocess.Popen) -> None:
     """SIGTERM to the process (honcho passes it on), then SIGKILL to whatever is left of its group."""
     if proc.poll() is None:
@@ -179,7 +119,7 @@ def pip_install_line(sample: str) -> List[str]:
     assert len(lines) == 1, f"samples/{sample}/README.md should show one `pip install` line, not {lines}"
     args = shlex.split(lines[0], comments=True)[2:]
     return [os.path.normpath(os.path.join(SAMPLES_DIR, sample, a)) if prev == "-r" else a
-            for prev, a in zip([""] + args, args)]
+            for prev, a in zip([""] + args, args, strict=False)]  # pairs each argument with the one before it
 
 
 @pytest.fixture(scope="module")
@@ -272,46 +212,6 @@ def test_repository_is_buildpacks_ready():
 
 
 # --- InferenceService YAMLs -------------------------------------------------------------------------------
-def procfile(folder: str) -> Dict[str, str]:
-    """{process type: command} of the folder's Procfile."""
-    processes = {}
-    with open(os.path.join(folder, "Procfile")) as f:
-        for line in f:
-            if line.strip() and not line.startswith("#"):
-                kind, command = line.split(":", 1)
-                processes[kind.strip()] = command.strip()
-    return processes
-
-
-def split_command(command: str) -> Tuple[List[str], Dict[str, str]]:
-    """`python model.py --a 1 --b ${X:-2}` -> (["python", "model.py"], {"--a": "1", "--b": "2"})."""
-    tokens = shlex.split(re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", command))
-    program = []
-    while tokens and not tokens[0].startswith("-"):
-        program.append(tokens.pop(0))
-    return program, flag_values(tokens)
-
-
-def flag_values(tokens: List[str]) -> Dict[str, str]:
-    values: Dict[str, str] = {}
-    i = 0
-    while i < len(tokens):
-        assert tokens[i].startswith("--"), f"expected a --flag at {tokens[i:]}"
-        if "=" in tokens[i]:
-            name, value = tokens[i].split("=", 1)
-            i += 1
-        else:
-            name, value = tokens[i], tokens[i + 1]
-            i += 2
-        values[name] = value
-    return values
-
-
-def server_flags() -> set:
-    from kserve_sdk import model_server
-    return {opt for action in model_server.parser._actions for opt in action.option_strings if opt.startswith("--")}
-
-
 def script_flags(path: str) -> set:
     """Flags a sample script adds to the server's parser."""
     with open(path) as f:
@@ -470,12 +370,13 @@ def test_getting_started_commands_work_on_a_clean_clone(workdir, wheelhouse, sam
         run([honcho, "check"], clone, venv_env(venv))
         log = os.path.join(workdir, "getting-started-procfile.log")
         with open(log, "w") as out:
-            proc = subprocess.Popen([honcho, "start", "-p", str(http)], cwd=clone, env=venv_env(venv, GRPC_PORT=str(grpc)),
-                                    stdout=out,
+            proc = subprocess.Popen([honcho, "start", "-p", str(http)], cwd=clone,
+                                    env=venv_env(venv, GRPC_PORT=str(grpc)), stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         background.append(proc)
         wait_ready(http, proc, log)
-        status, body = post(http, "/v1/models/model:predict", {"instances": [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.8, 2.2]]})
+        status, _, body = post_json(http, "/v1/models/model:predict",
+                                    {"instances": [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.8, 2.2]]})
         assert (status, body) == (200, {"predictions": [0, 2]})
         check_readme_examples(clone, http, workdir)
     finally:
@@ -539,12 +440,6 @@ def serve_readme_model(clone: str, start: str, calls: List[Tuple[str, List[str]]
         stop(proc)
 
 
-def post(port: int, path: str, doc) -> Tuple[int, object]:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(doc).encode(), method="POST")
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return response.status, json.loads(response.read())
-
-
 # --- running the samples ------------------------------------------------------------------------------------
 def honcho_runs(sample: str) -> List[Tuple[List[str], List[Tuple[str, List[str]]]]]:
     """The README's ways to start the sample, each with the client commands meant for it: a shell block
@@ -559,7 +454,7 @@ def honcho_runs(sample: str) -> List[Tuple[List[str], List[Tuple[str, List[str]]
         if starts:
             runs.append((starts, []))
         clients = [(cmd, expected) for cmd, expected in commands if "localhost:" in cmd
-                   and not cmd.split()[0] in ("docker", "pack", "kubectl", "honcho") and "honcho start" not in cmd]
+                   and cmd.split()[0] not in ("docker", "pack", "kubectl", "honcho") and "honcho start" not in cmd]
         assert runs or not clients, f"samples/{sample}/README.md calls the server before it shows `honcho start`"
         if clients:
             runs[-1][1].extend(clients)

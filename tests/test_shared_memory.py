@@ -10,9 +10,9 @@ import tritonclient.http as thttp
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
+from helpers import post_json, request
 from kserve_sdk.protocol.grpc import grpc_predict_v2_pb2 as pb
 from kserve_sdk.protocol.grpc.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
-from rawhttp import post_json, request
 
 BIG = 16 * 1024 * 1024  # FP32 elements: 64 MiB
 KEY_PREFIX = f"/kserve-sdk-test-{os.getpid()}"
@@ -198,7 +198,8 @@ def test_bad_references_in_inference_requests(server, regions):
         with pytest.raises(grpc.RpcError) as caught:
             stub.ModelInfer(message, timeout=10)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert caught.value.details() == "input 'INPUT0' names system shared memory region 'ghost', which is not registered"
+        assert caught.value.details() == \
+            "input 'INPUT0' names system shared memory region 'ghost', which is not registered"
     finally:
         request(server.http_port, "POST", "/v2/systemsharedmemory/unregister", b"")
     assert post_json(server.http_port, infer, {"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP32",

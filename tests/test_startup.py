@@ -4,8 +4,7 @@ import socket
 
 import pytest
 
-from conftest import free_port, http_get
-from test_cli import run_python
+from helpers import free_port, http_get, run_python
 
 
 def _one_error_line(log: str, text: str) -> None:

@@ -8,8 +8,7 @@ import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
 from tritonclient.utils import InferenceServerException
 
-from conftest import side_by_side
-from rawhttp import post_json, request
+from helpers import post_json, request, side_by_side
 
 
 def _infer_both_ways(server, rest_calls: int, grpc_calls: int) -> None:
@@ -59,7 +58,8 @@ def test_unknown_model_is_not_found(zoo):
     assert (status, json.loads(body)) == (404, {"error": "Model with name nope does not exist."})
     with pytest.raises(InferenceServerException) as caught:
         tgrpc.InferenceServerClient(zoo.grpc_url).get_inference_statistics("nope")
-    assert "NOT_FOUND" in str(caught.value.status()) and "Model with name nope does not exist." in caught.value.message()
+    assert "NOT_FOUND" in str(caught.value.status()) \
+        and "Model with name nope does not exist." in caught.value.message()
 
 
 def test_summed_over_workers_and_batches_counted_as_executions(start_server):
@@ -74,7 +74,8 @@ def test_summed_over_workers_and_batches_counted_as_executions(start_server):
     with ThreadPoolExecutor(16) as pool:
         answers = list(pool.map(lambda _: post_json(server.http_port, "/v2/models/batcher/infer", doc), range(16)))
     assert {status for status, _, _ in answers} == {200}
-    batches = sum(1 for _, _, body in answers for o in body["outputs"] if o["name"] == "batch_rows" and o["data"][0] > 1)
+    batches = sum(1 for _, _, body in answers for o in body["outputs"]
+                  if o["name"] == "batch_rows" and o["data"][0] > 1)
     stats = _stats(server, "batcher")
     assert stats["inference_count"] == 16
     assert stats["execution_count"] < 16 and batches > 0  # merged requests ran as one predict call

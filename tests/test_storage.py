@@ -27,14 +27,12 @@ import zipfile
 from typing import Dict, List, Optional
 
 import pytest
-from conftest import stop_process_group
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 from tornado.web import Application, RequestHandler
 
-from conftest import ROOT, free_port
+from helpers import ROOT, eventually, free_port, post_json, stop_process_group
 from kserve_sdk.storage import Storage, StorageError, resolve_model_dir
-from rawhttp import post_json
 from samples.custom_model.model import ARTEFACT
 
 SAMPLE = "samples/custom_model/model.py"
@@ -122,6 +120,15 @@ OBJECTS = {  # what each object store holds, by key
 
 
 # --- processes ---------------------------------------------------------------------------------------------
+def _listens(port: int) -> bool:
+    import socket
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 class Proc:
     """A helper server process in its own session, stopped by PID."""
 
@@ -132,16 +139,12 @@ class Proc:
                                      env={**os.environ, **(env or {})}, start_new_session=True)
 
     def wait_port(self, port: int, timeout: float = 60.0) -> None:
-        import socket
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                break
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.05)
+        try:
+            eventually(lambda: self.proc.poll() is not None or _listens(port), timeout)
+        except AssertionError:
+            pass
+        if self.proc.poll() is None and _listens(port):
+            return
         self.stop()
         with open(self.log.name, errors="replace") as f:
             raise RuntimeError(f"{self.name} did not listen on {port}:\n{f.read()[-3000:]}")
@@ -538,10 +541,13 @@ def test_sigterm_during_download_leaves_no_directory(start_server, web, tmp_path
     cache = tmp_path / "cache"
     server = start_server(SAMPLE, env={"STORAGE_URI": f"{web.url}/slow", "KSERVE_SDK_MODEL_CACHE": str(cache)},
                           wait=False)
-    deadline = time.monotonic() + 20
-    while not (cache.exists() and any(p.name.startswith(".slow") for p in cache.iterdir())):
-        assert time.monotonic() < deadline and server.proc.poll() is None, server.log()
-        time.sleep(0.05)
+
+    def downloading() -> bool:
+        if server.proc.poll() is not None:
+            pytest.fail(f"the server exited:\n{server.log()}")
+        return cache.exists() and any(p.name.startswith(".slow") for p in cache.iterdir())
+
+    eventually(downloading, timeout=20, message=server.log)
     time.sleep(0.3)
     server.stop()
     assert server.proc.returncode != 0
@@ -729,7 +735,7 @@ def failed_starts(request, start_server, tmp_path_factory):
                                 env={**os.environ, "PYTHONPATH": ROOT})
     outcomes = {}
     try:
-        for name, (env, cache) in cases.items():
+        for name, (env, _cache) in cases.items():
             base = {k: v for k, v in os.environ.items() if k not in STORAGE_ENV}
             outcomes[name] = Launched(str(logs / f"{name}.log"))
             launcher.stdin.write(json.dumps({
@@ -744,7 +750,7 @@ def failed_starts(request, start_server, tmp_path_factory):
             outcomes[result["name"]].code = result["code"]
         timer.cancel()
         launcher.wait(timeout=10)
-        for name, (server, cache) in real.items():
+        for name, (server, _cache) in real.items():
             server.wait_exit(timeout=45)
             outcome = Launched(server.log_file.name)
             outcome.code = server.proc.returncode

@@ -14,8 +14,8 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as tgrpc
-from httpx_sse import connect_sse
 
+from helpers import eventually, read_sse
 from kserve_sdk.handlers.streaming import COALESCE_BYTES, CROWDED_COALESCE_SECONDS
 
 PROMPT = "the quick brown fox jumps over the lazy dog"
@@ -38,16 +38,11 @@ def _markers(server, kind="cancelled"):
 
 def sse_events(server, path, body, headers=None):
     """(arrival time, parsed data) of each event, read with httpx + httpx-sse as they come."""
-    events = []
-    with httpx.Client(base_url=server.url, timeout=30) as client:
-        with connect_sse(client, "POST", path, json=body, headers=headers or {}) as source:
-            assert source.response.status_code == 200
-            assert source.response.headers["content-type"].startswith("text/event-stream")
-            assert source.response.headers["cache-control"] == "no-cache"
-            # httpx asks for gzip by default: every SSE test here also runs compressed, flushed per event
-            assert source.response.headers["content-encoding"] == "gzip"
-            for event in source.iter_sse():
-                events.append((time.monotonic(), json.loads(event.data)))
+    got, events = read_sse(server.url, path, body, headers)
+    assert got["content-type"].startswith("text/event-stream")
+    assert got["cache-control"] == "no-cache"
+    # httpx asks for gzip by default: every SSE test here also runs compressed, flushed per event
+    assert got["content-encoding"] == "gzip"
     return events
 
 
@@ -224,7 +219,7 @@ def _flood_chunks(port: int, streams: int, count: int) -> Tuple[List[int], List[
         return raw, time.monotonic() - started
 
     with ThreadPoolExecutor(streams) as pool:
-        raws, spans = zip(*pool.map(read, socks))
+        raws, spans = zip(*pool.map(read, socks), strict=True)
     chunks = [_dechunk(raw.partition(b"\r\n\r\n")[2]) for raw in raws]
     assert [b"".join(c).count(b"data: ") for c in chunks] == [count] * streams
     return [len(c) for c in chunks], list(spans), [sum(map(len, c)) for c in chunks]
@@ -243,7 +238,7 @@ def test_streams_sent_side_by_side_share_writes_longer(start_server):
     # follows the time the streams took, so a slow machine loosens it instead of failing it (here: 11-14
     # chunks in 35-55 ms against a bound of about 22; 189-190 when each turn wrote).
     side_by_side, spans, sizes = _flood_chunks(one.http_port, 2, 6000)
-    for chunks, span, size in zip(side_by_side, spans, sizes):
+    for chunks, span, size in zip(side_by_side, spans, sizes, strict=True):
         most = span / CROWDED_COALESCE_SECONDS + size // COALESCE_BYTES + 5
         assert chunks <= most, (side_by_side, spans, sizes)
 
@@ -270,10 +265,7 @@ def test_disconnect_cancels_the_generator(server):
                 if line.startswith("data: "):
                     break
         closed_at = time.time()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and not (_markers(server) - before):
-        time.sleep(0.02)
-    new = _markers(server) - before
+    new = eventually(lambda: _markers(server) - before, timeout=5, interval=0.02)
     assert len(new) == 1
     cancelled_at = float(open(os.path.join(server.markers, new.pop())).read())
     assert cancelled_at - closed_at < 1.0
@@ -286,7 +278,7 @@ def _grpc_text(text, request_id, model="tokens"):
 
 
 def test_grpc_stream_many_responses_per_request(server):
-    results: "queue.Queue" = queue.Queue()
+    results: queue.Queue = queue.Queue()
     client = tgrpc.InferenceServerClient(server.grpc_url)
     client.start_stream(callback=lambda result, error: results.put((result, error)))
     try:
@@ -313,7 +305,7 @@ def test_grpc_stream_many_responses_per_request(server):
 def _sum_over_one_stream(server, model: str, id_prefix: str):
     """Four FP64 [2] requests to a predict_stream model on one tritonclient gRPC stream; its one answer
     as (result, error)."""
-    results: "queue.Queue" = queue.Queue()
+    results: queue.Queue = queue.Queue()
     client = tgrpc.InferenceServerClient(server.grpc_url)
     client.start_stream(callback=lambda result, error: results.put((result, error)))
     for i, value in enumerate([1.5, 2.5, 3.0, 4.0]):
@@ -351,12 +343,14 @@ def test_grpc_stream_in_model_with_pre_and_postprocess(server):
 
 def test_metrics_show_streams(server):
     sse_events(server, "/v2/models/tokens/generate_stream", {"text_input": "m n"})
-    text = ""
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and 'kserve_streams_total{model_name="tokens",protocol="grpc"}' not in text:
+
+    def with_a_grpc_stream() -> str:
         text = httpx.get(f"{server.url}/metrics").text
         if 'protocol="grpc"' not in text:
             test_grpc_stream_many_responses_per_request(server)
+        return text if 'kserve_streams_total{model_name="tokens",protocol="grpc"}' in text else ""
+
+    text = eventually(with_a_grpc_stream, timeout=5, interval=0)
     assert 'kserve_streams_total{model_name="tokens",protocol="rest_v2"}' in text
     assert 'kserve_streams_total{model_name="tokens",protocol="grpc"}' in text
     assert 'kserve_stream_first_response_seconds_count{model_name="tokens",protocol="rest_v2"}' in text
@@ -376,10 +370,7 @@ def test_a_client_that_reads_nothing_holds_a_fast_stream_back(server):
         time.sleep(2)
         s.settimeout(10)
         assert s.recv(12) == b"HTTP/1.1 200"
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not (_markers(server, "flood") - before):
-        time.sleep(0.02)
-    (marker,) = _markers(server, "flood") - before
+    (marker,) = eventually(lambda: _markers(server, "flood") - before, timeout=10, interval=0.02)
     yielded = int(open(os.path.join(server.markers, marker)).read())
     # unread, the buffers hold about 4 MB (tcp_wmem's largest send buffer) and 64 KB of ours: some
     # 4,000 events; a stream that did not wait would have yielded tens of thousands a second
@@ -388,7 +379,7 @@ def test_a_client_that_reads_nothing_holds_a_fast_stream_back(server):
 
 def test_grpc_disconnect_cancels_the_generator(server):
     before = _markers(server)
-    results: "queue.Queue" = queue.Queue()
+    results: queue.Queue = queue.Queue()
     client = tgrpc.InferenceServerClient(server.grpc_url)
     client.start_stream(callback=lambda result, error: results.put((result, error)))
     tensor = tgrpc.InferInput("text", [1], "BYTES")
@@ -399,16 +390,13 @@ def test_grpc_disconnect_cancels_the_generator(server):
     client.stop_stream(cancel_requests=True)  # the client goes away mid-stream
     closed_at = time.time()
     client.close()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and not (_markers(server) - before):
-        time.sleep(0.02)
-    new = _markers(server) - before
+    new = eventually(lambda: _markers(server) - before, timeout=5, interval=0.02)
     assert len(new) == 1
     assert float(open(os.path.join(server.markers, new.pop())).read()) - closed_at < 1.0
 
 
 def test_grpc_empty_stream_ends_cleanly(server):
-    results: "queue.Queue" = queue.Queue()
+    results: queue.Queue = queue.Queue()
     client = tgrpc.InferenceServerClient(server.grpc_url)
     client.start_stream(callback=lambda result, error: results.put((result, error)))
     client.stop_stream()

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from helpers import assert_error_answer, check_request, check_response, post_json, post_json_raw, request
 from kserve_sdk.handlers.docs import openapi_document
-from rawhttp import post_json, request
 
 FORECAST = "/v1/timeseries/forecast"
 TIMESERIES_MODELS = "/v1/timeseries/models"
@@ -30,16 +30,6 @@ def server(start_server):
     return start_server("tests/models/forecasting.py", grpc=False)
 
 
-def assert_error(server, got, status, message):
-    code, headers, body = got
-    assert code == status, body
-    assert headers["content-type"].startswith("application/json")
-    doc = json.loads(body)
-    assert set(doc) == {"error"} and isinstance(doc["error"], str), doc
-    assert message in doc["error"], doc["error"]
-    assert request(server.http_port, "GET", "/v2/health/live")[0] == 200  # the worker goes on
-
-
 def assert_error_response(got, status, error):
     """The model's ErrorResponse, as KServe sends it: ``{"error": {code, message, param, type}}``."""
     code, headers, body = got
@@ -48,9 +38,9 @@ def assert_error_response(got, status, error):
     assert json.loads(body) == {"error": error}
 
 
-def post(server, doc, headers=None):
-    return request(server.http_port, "POST", FORECAST, json.dumps(doc).encode(),
-                   {"Content-Type": "application/json", **(headers or {})})
+def forecast(server, doc, headers=None):
+    """(status, headers, body bytes) of a forecast."""
+    return post_json_raw(server.http_port, FORECAST, doc, headers)
 
 
 # --- the forecast, in KServe's response shape --------------------------------------------------------------
@@ -146,27 +136,29 @@ BAD_BODIES = [
 @pytest.mark.parametrize("body,message", [case[1:] for case in BAD_BODIES], ids=[case[0] for case in BAD_BODIES])
 def test_bad_body_is_400_naming_the_field(server, body, message):
     got = request(server.http_port, "POST", FORECAST, body, {"Content-Type": "application/json"})
-    assert_error(server, got, 400, message)
+    assert_error_answer(server.http_port, got, 400, message)
 
 
 def test_several_problems_are_counted_after_the_first(server):
     doc = {"model": "naive", "inputs": [{"type": "univariate_time_series", "name": "a"}]}
-    assert_error(server, post(server, doc), 400,
-                 "invalid forecast request: inputs[0].series is required; and 2 more problems")
+    assert_error_answer(server.http_port, forecast(server, doc), 400,
+                        "invalid forecast request: inputs[0].series is required; and 2 more problems")
 
 
 # --- which model -------------------------------------------------------------------------------------------
 def test_unknown_model_is_404(server):
-    assert_error(server, post(server, forecast_body("nope")), 404, "Model with name nope does not exist.")
+    assert_error_answer(server.http_port, forecast(server, forecast_body("nope")), 404,
+                        "Model with name nope does not exist.")
 
 
 def test_a_model_that_does_not_forecast_is_404(server):
-    assert_error(server, post(server, forecast_body("echo")), 404,
-                 "Model with name echo is not a forecasting model")
+    assert_error_answer(server.http_port, forecast(server, forecast_body("echo")), 404,
+                        "Model with name echo is not a forecasting model")
 
 
 def test_a_model_that_is_not_ready_is_503(server):
-    assert_error(server, post(server, forecast_body("unready")), 503, "Model with name unready is not ready.")
+    assert_error_answer(server.http_port, forecast(server, forecast_body("unready")), 503,
+                        "Model with name unready is not ready.")
 
 
 def test_models_list_names_the_forecasting_models_only(server):
@@ -176,7 +168,8 @@ def test_models_list_names_the_forecasting_models_only(server):
 
 
 def test_a_forecaster_loaded_later_is_listed_and_forecasts(server):
-    assert_error(server, post(server, forecast_body("late-one")), 404, "Model with name late-one does not exist.")
+    assert_error_answer(server.http_port, forecast(server, forecast_body("late-one")), 404,
+                        "Model with name late-one does not exist.")
     status, _, body = request(server.http_port, "POST", "/v2/repository/models/late-one/load", b"")
     assert status == 200, body
     assert "late-one" in json.loads(request(server.http_port, "GET", TIMESERIES_MODELS)[2])
@@ -188,43 +181,46 @@ def test_a_forecaster_loaded_later_is_listed_and_forecasts(server):
 def test_models_list_is_empty_on_a_server_without_forecasters(zoo):
     status, _, body = request(zoo.http_port, "GET", TIMESERIES_MODELS)
     assert status == 200 and json.loads(body) == []
-    assert_error(zoo, post(zoo, forecast_body("echo")), 404, "Model with name echo is not a forecasting model")
+    assert_error_answer(zoo.http_port, forecast(zoo, forecast_body("echo")), 404,
+                        "Model with name echo is not a forecasting model")
 
 
 # --- what the model answers --------------------------------------------------------------------------------
 def test_a_returned_error_response_is_sent_with_its_code(server):
-    assert_error_response(post(server, forecast_body(horizon=0)), 400, {
+    assert_error_response(forecast(server, forecast_body(horizon=0)), 400, {
         "code": "400", "message": "the horizon must be at least 1, got 0", "param": "options.horizon",
         "type": "invalid_horizon"})
 
 
 def test_an_error_response_without_code_is_400_and_says_so(server):
-    assert_error_response(post(server, forecast_body(horizon=5000)), 400, {
+    assert_error_response(forecast(server, forecast_body(horizon=5000)), 400, {
         "code": "400", "message": "at most 1000 steps are forecast", "param": None, "type": "invalid_horizon"})
 
 
 def test_a_raised_time_series_error_is_sent_with_its_code(server):
-    assert_error_response(post(server, forecast_body(quantiles=[0.5, 1.5])), 422, {
+    assert_error_response(forecast(server, forecast_body(quantiles=[0.5, 1.5])), 422, {
         "code": "422", "message": "quantiles must lie between 0 and 1", "param": "options.quantiles",
         "type": "invalid_quantile"})
-    assert_error_response(post(server, forecast_body(inputs=[series(start=None)])), 400, {
+    assert_error_response(forecast(server, forecast_body(inputs=[series(start=None)])), 400, {
         "code": "400", "message": "series sales has no start_timestamp", "param": "inputs.start_timestamp",
         "type": "missing_start"})
 
 
 def test_a_time_series_error_with_a_message_is_400(server):
-    assert_error_response(post(server, forecast_body(season_length=9)), 400, {
+    assert_error_response(forecast(server, forecast_body(season_length=9)), 400, {
         "code": "400", "message": "series sales has 5 points, fewer than a season (9)", "param": "",
         "type": "TimeSeriesError"})
 
 
 def test_model_faults_are_500_and_typed_errors_keep_their_status(server):
-    assert_error(server, post(server, forecast_body("broken", horizon=1)), 500,
-                 "model 'broken' returned str, not a ForecastResponse or an ErrorResponse")
-    assert_error(server, post(server, forecast_body("broken", horizon=2)), 500, "ZeroDivisionError")
-    assert_error(server, post(server, forecast_body("broken", horizon=3)), 400, "horizon must be 1 or 2")
-    assert_error(server, post(server, forecast_body("dict", horizon=2)), 500,
-                 "model 'dict' returned a dict that is not a ForecastResponse: outputs is required")
+    assert_error_answer(server.http_port, forecast(server, forecast_body("broken", horizon=1)), 500,
+                        "model 'broken' returned str, not a ForecastResponse or an ErrorResponse")
+    assert_error_answer(server.http_port, forecast(server, forecast_body("broken", horizon=2)), 500,
+                        "ZeroDivisionError")
+    assert_error_answer(server.http_port, forecast(server, forecast_body("broken", horizon=3)), 400,
+                        "horizon must be 1 or 2")
+    assert_error_answer(server.http_port, forecast(server, forecast_body("dict", horizon=2)), 500,
+                        "model 'dict' returned a dict that is not a ForecastResponse: outputs is required")
 
 
 def test_wrong_method_is_answered_with_a_json_error(server):
@@ -236,7 +232,7 @@ def test_wrong_method_is_answered_with_a_json_error(server):
 def _loaded_v1(plain, names):
     status, _, body = post_json(plain.http_port, "/v1/models/modules:predict", {"instances": names})
     assert status == 200, body
-    return dict(zip(names, body["predictions"]))
+    return dict(zip(names, body["predictions"], strict=True))
 
 
 def test_a_plain_v1_v2_server_never_imports_pydantic(start_server):
@@ -256,7 +252,7 @@ def test_a_plain_v1_v2_server_never_imports_pydantic(start_server):
     assert _loaded_v1(plain, names) == {"pydantic": False, "kserve_sdk.timeseries.model": True,
                                         "kserve_sdk.timeseries.dataplane": False}
     # the first forecast request loads the types (and is answered: no such model)
-    assert post(plain, forecast_body("modules"))[0] == 404
+    assert forecast(plain, forecast_body("modules"))[0] == 404
     assert _loaded_v1(plain, names)["pydantic"] is True
 
 
@@ -274,15 +270,13 @@ DOCUMENTED = [
 
 @pytest.mark.parametrize("doc,status", [case[1:] for case in DOCUMENTED], ids=[case[0] for case in DOCUMENTED])
 def test_forecast_answers_fit_the_openapi_document(server, doc, status):
-    from test_docs import check_request, check_response
-
     document = openapi_document()
     responses = document["paths"][FORECAST]["post"]["responses"]
     responses.setdefault(str(status), responses["default"])  # check_response reads the status' own entry
     body = json.dumps(doc).encode()
     if status != 400:
         check_request(document, FORECAST, "post", body, "application/json")
-    got, headers, answer = post(server, doc)
+    got, headers, answer = forecast(server, doc)
     assert got == status, answer
     check_response(document, FORECAST, "post", got, headers, answer)
     status, headers, answer = request(server.http_port, "GET", TIMESERIES_MODELS)

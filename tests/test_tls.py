@@ -13,7 +13,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from certs import ThrowawayCA, peer_serial, write_in_place
-from conftest import ROOT, Server
+from helpers import ROOT, Server, eventually
 
 ZOO = os.path.join(ROOT, "tests", "models", "zoo.py")
 RELOADED = "TLS: serving the new certificate"
@@ -35,18 +35,14 @@ class TLSServer(Server):
         assert conn.getresponse().read() is not None
         return conn
 
-    def _wait_live(self, timeout: float = 30.0) -> bool:
+    def _live(self) -> bool:
         context = ssl.create_default_context(cafile=self.ca_path)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                with urllib.request.urlopen(f"https://127.0.0.1:{self.http_port}/v2/health/live", timeout=1,
-                                            context=context) as r:
-                    if r.status == 200:
-                        return True
-            except OSError:
-                time.sleep(0.1)
-        return False
+        try:
+            with urllib.request.urlopen(f"https://127.0.0.1:{self.http_port}/v2/health/live", timeout=1,
+                                        context=context) as r:
+                return r.status == 200
+        except OSError:
+            return False
 
     def pids_logging(self, text: str) -> set:
         """The worker processes whose log lines contain ``text``."""
@@ -62,16 +58,6 @@ def pair(tmp_path):
     write_in_place(paths[0], cert)
     write_in_place(paths[1], key)
     return ca, paths
-
-
-def _until(check, seconds: float = 10.0):
-    """Poll ``check()`` until it returns something true or ``seconds`` pass; returns its last value."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.2)
 
 
 def _infer_echo(client) -> np.ndarray:
@@ -99,7 +85,7 @@ def test_rotated_pair_reaches_new_https_and_grpc_connections_in_every_worker(pai
         write_in_place(cert_path, cert)
         time.sleep(0.5)  # the key follows the certificate a moment later: that is no broken pair
         write_in_place(key_path, key)
-        assert _until(lambda: len(server.pids_logging(RELOADED)) == 2), server.log()
+        eventually(lambda: len(server.pids_logging(RELOADED)) == 2, interval=0.2, message=server.log)
         assert KEPT not in server.log(), server.log()
         assert all(peer_serial(server.http_port, ca.path) == 1002 for _ in range(6))
         assert all(peer_serial(server.grpc_port, ca.path, alpn=("h2",)) == 1002 for _ in range(6))
@@ -127,17 +113,17 @@ def test_broken_pair_is_logged_once_and_the_old_one_kept_until_the_next_change(p
         server.start()
         cert, key = ca.issue(1003)
         write_in_place(cert_path, cert)  # its key is still the old one: they do not match
-        assert _until(lambda: KEPT in server.log()), server.log()
+        eventually(lambda: KEPT in server.log(), interval=0.2, message=server.log)
         assert "KEY_VALUES_MISMATCH" in server.log() or "key values mismatch" in server.log()
         assert peer_serial(server.http_port, ca.path) == 1001
         time.sleep(3)  # three more polls of unchanged files: nothing more is logged
         assert server.log().count(KEPT) == 1
 
         write_in_place(key_path, key[:len(key) // 2])  # a key half written
-        assert _until(lambda: server.log().count(KEPT) == 2), server.log()
+        eventually(lambda: server.log().count(KEPT) == 2, interval=0.2, message=server.log)
         assert peer_serial(server.http_port, ca.path) == 1001
         write_in_place(key_path, key)
-        assert _until(lambda: peer_serial(server.http_port, ca.path) == 1003), server.log()
+        eventually(lambda: peer_serial(server.http_port, ca.path) == 1003, interval=0.2, message=server.log)
         assert RELOADED in server.log() and "Traceback" not in server.log()
     finally:
         server.stop()
@@ -166,7 +152,7 @@ def test_kubelet_style_symlink_swap_is_followed(tmp_path):
         server.start()
         assert peer_serial(server.http_port, ca.path) == 2001
         publish(2002, "..2026_second")
-        assert _until(lambda: peer_serial(server.http_port, ca.path) == 2002), server.log()
+        eventually(lambda: peer_serial(server.http_port, ca.path) == 2002, interval=0.2, message=server.log)
         assert KEPT not in server.log()
     finally:
         server.stop()

@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import time
+from typing import List
 
 import grpc
 import pytest
@@ -20,8 +21,8 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from helpers import eventually, post_json, request
 from kserve_sdk.logging import LINES_WAIT_S
-from rawhttp import post_json, request
 
 SCRIPT = "tests/models/triton_extensions.py"
 DEFAULTS = {"log_file": "", "log_info": True, "log_warning": True, "log_error": True, "log_verbose_level": 0,
@@ -74,10 +75,15 @@ def predict_logged(server, model="plain") -> int:
 def log_after(server, mark: int, holding: str = "") -> str:
     """What the server logged since ``mark`` (a length of its log), once it holds ``holding`` (10 s at
     most)."""
-    deadline = time.monotonic() + 10
-    while holding not in server.log()[mark:] and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return server.log()[mark:]
+    if not holding:
+        return server.log()[mark:]
+
+    def since_mark() -> str:
+        log = server.log()[mark:]
+        assert holding in log, f"{holding!r} not logged since the mark:\n{log[-3000:]}"
+        return log
+
+    return eventually(since_mark, timeout=10, interval=0.02)
 
 
 # --- logging: reading and changing ---------------------------------------------------------------------
@@ -355,16 +361,14 @@ def workers(start_server):
 
 def worker_pids(server, count: int = 2, timeout: float = 30.0):
     """The pids of the workers the parent has started (it logs each start), the newest ``count``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def enough() -> List[int]:
         found = [int(p) for p in re.findall(r"Started \d+ workers: \[([\d, ]+)\]", server.log())
                  for p in p.split(",")]
         found += [int(p) for p in re.findall(r"(\d+) kserve INFO \[.*\] Serving HTTP", server.log())]
         live = sorted({p for p in found if _alive(p)})
-        if len(live) >= count:
-            return live
-        time.sleep(0.1)
-    raise AssertionError(f"no {count} workers in the log:\n{server.log()}")
+        return live if len(live) >= count else []
+
+    return eventually(enough, timeout, interval=0.1, message=lambda: f"no {count} workers in the log:\n{server.log()}")
 
 
 def _alive(pid: int) -> bool:
@@ -405,10 +409,8 @@ def test_a_replaced_worker_takes_the_settings_in_force(workers):
     old = worker_pids(workers)
     mark = len(workers.log())
     os.kill(old[0], signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not (applied_by(workers, mark, "'log_format': 'ISO8601'") - set(old)):
-        time.sleep(0.1)
-    new = applied_by(workers, mark, "'log_format': 'ISO8601'") - set(old)
+    new = eventually(lambda: applied_by(workers, mark, "'log_format': 'ISO8601'") - set(old), timeout=30,
+                     interval=0.1, message=lambda: log_after(workers, mark))
     assert len(new) == 1, log_after(workers, mark)  # it replayed the change at start
     client.update_log_settings({"log_format": "default"})
 
@@ -418,7 +420,8 @@ def test_settings_back_as_at_start_up_give_each_logger_its_own_level_again(start
     """A log config that silences the access lines: changing log_format alone keeps them off, and so do
     verbose level 1 and back, since each logger gets its own start-up level again."""
     config = {"version": 1, "disable_existing_loggers": False,
-              "formatters": {"plain": {"()": "kserve_sdk.logging.Formatter", "fmt": "%(asctime)s %(name)s %(message)s"}},
+              "formatters": {"plain": {"()": "kserve_sdk.logging.Formatter",
+                                       "fmt": "%(asctime)s %(name)s %(message)s"}},
               "handlers": {"out": {"class": "logging.StreamHandler", "formatter": "plain", "stream": "ext://sys.stdout"}},
               "loggers": {name: {"handlers": ["out"], "level": level, "propagate": False} for name, level in
                           [("kserve", "INFO"), ("kserve.trace", "INFO"), ("tornado.access", "WARNING")]}}

@@ -12,9 +12,19 @@ import numpy as np
 
 import kserve_sdk as kserve
 from kserve_sdk import ModelRepository
-from kserve_sdk.protocol.rest.timeseries import (FREQUENCY_MAP, Error, ErrorResponse, ForecastOutput,
-                                                 ForecastRequest, ForecastResponse, Status, TimeSeriesError,
-                                                 TimeSeriesForecast, Usage, create_error_response)
+from kserve_sdk.protocol.rest.timeseries import (
+    FREQUENCY_MAP,
+    Error,
+    ErrorResponse,
+    ForecastOutput,
+    ForecastRequest,
+    ForecastResponse,
+    Status,
+    TimeSeriesError,
+    TimeSeriesForecast,
+    Usage,
+    create_error_response,
+)
 
 TIMESTAMP = "%Y-%m-%dT%H:%M:%SZ"
 

@@ -19,14 +19,35 @@ import sys
 import kserve_sdk as kserve
 from kserve_sdk import ModelRepository
 from kserve_sdk.errors import InvalidInput
-from kserve_sdk.protocol.rest.openai import (ChatPrompt, OpenAIChatAdapterModel, OpenAIEncoderModel, OpenAIError,
-                                             OpenAIGenerativeModel)
+from kserve_sdk.protocol.rest.openai import (
+    ChatPrompt,
+    OpenAIChatAdapterModel,
+    OpenAIEncoderModel,
+    OpenAIError,
+    OpenAIGenerativeModel,
+)
 from kserve_sdk.protocol.rest.openai.errors import create_error_response
-from kserve_sdk.protocol.rest.openai.types import (ChatCompletion, ChatCompletionChoice, ChatCompletionChunk,
-                                                   ChatMessage, ChoiceDelta, ChunkChoice, Completion,
-                                                   CompletionChoice, CompletionChunk, CompletionChunkChoice,
-                                                   Embedding, EmbeddingResponseData, Error, ErrorResponse, Rerank,
-                                                   RerankDocument, RerankResult, RerankUsage, UsageInfo)
+from kserve_sdk.protocol.rest.openai.types import (
+    ChatCompletion,
+    ChatCompletionChoice,
+    ChatCompletionChunk,
+    ChatMessage,
+    ChoiceDelta,
+    ChunkChoice,
+    Completion,
+    CompletionChoice,
+    CompletionChunk,
+    CompletionChunkChoice,
+    Embedding,
+    EmbeddingResponseData,
+    Error,
+    ErrorResponse,
+    Rerank,
+    RerankDocument,
+    RerankResult,
+    RerankUsage,
+    UsageInfo,
+)
 
 
 def usage(prompt_words, answer_words):
@@ -113,7 +134,7 @@ class Objects(OpenAIGenerativeModel):
         if prompt == "midstream":
             yield {"id": "cmpl-m", "model": self.name, "choices": [{"index": 0, "text": "one"}]}
             raise InvalidInput("the model failed after one chunk")
-        for i, letter in enumerate(prompt):
+        for _i, letter in enumerate(prompt):
             yield {"id": "cmpl-objects", "object": "text_completion", "created": 1, "model": self.name,
                    "choices": [{"index": 0, "text": letter, "finish_reason": None}]}
         yield CompletionChunk(id="cmpl-objects", model=self.name,
@@ -171,7 +192,7 @@ async def read_scope(raw_request):
     raw_request.scope["upstream_headers"] = {"x-up": "1"}  # as a hook does for OpenAIProxyModel
     raw_request.state.user = "u1"
     try:
-        raw_request.state.nobody
+        _ = raw_request.state.nobody
         missing = None
     except AttributeError as e:
         missing = str(e)

@@ -20,9 +20,19 @@ from typing import Any, AsyncIterator, Dict, List, Optional
 import kserve_sdk as kserve
 from kserve_sdk.protocol.rest.openai import OpenAIGenerativeModel
 from kserve_sdk.protocol.rest.openai.errors import create_error_response
-from kserve_sdk.protocol.rest.openai.types import (ChatCompletion, ChatCompletionChoice, ChatCompletionChunk,
-                                                   ChatMessage, ChoiceDelta, ChunkChoice, Completion,
-                                                   CompletionChoice, CompletionChunk, CompletionChunkChoice, UsageInfo)
+from kserve_sdk.protocol.rest.openai.types import (
+    ChatCompletion,
+    ChatCompletionChoice,
+    ChatCompletionChunk,
+    ChatMessage,
+    ChoiceDelta,
+    ChunkChoice,
+    Completion,
+    CompletionChoice,
+    CompletionChunk,
+    CompletionChunkChoice,
+    UsageInfo,
+)
 
 MAX_TOKENS = 100
 

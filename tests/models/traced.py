@@ -4,9 +4,10 @@ Run with the OTEL_* environment of tests/test_tracing.py, which collects the spa
 """
 import argparse
 
+from streaming import Tokens  # tests/models/streaming.py: yields the words of its prompt
+
 import kserve_sdk as kserve
 from kserve_sdk import InferOutput, InferResponse, model_server
-from streaming import Tokens  # tests/models/streaming.py: yields the words of its prompt
 
 
 class Echo(kserve.Model):

@@ -223,7 +223,8 @@ class Sleepy(kserve.Model):
         self.ready = True
 
     async def predict(self, payload, headers=None):
-        seconds = payload["instances"][0] if isinstance(payload, dict) else float(payload.inputs[0].as_numpy().ravel()[0])
+        seconds = (payload["instances"][0] if isinstance(payload, dict)
+                   else float(payload.inputs[0].as_numpy().ravel()[0]))
         await asyncio.sleep(seconds)
         if isinstance(payload, dict):
             return {"predictions": [os.getpid()]}
@@ -237,7 +238,8 @@ ZOO["sleepy"] = Sleepy
 
 class Faulty(kserve.Model):
     """Misbehaves as its first v1 instance (or first v2 BYTES element) says: "raise", "wrongtype",
-    "unencodable", "v1dict", "none", "v2dict" (a dict in v2's response shape), "shape", "badtype", "hang" (sleeps 3600 s), "sleep:<s>", "big:<bytes>"; "stats" reports
+    "unencodable", "v1dict", "none", "v2dict" (a dict in v2's response shape), "shape", "badtype",
+    "hang" (sleeps 3600 s), "sleep:<s>", "big:<bytes>"; "stats" reports
     how many of its calls were cancelled. Not in the default set (tests/test_reliability.py serves it)."""
 
     cancelled = 0
