@@ -159,7 +159,8 @@ def test_requested_output_binary_data():
 
 
 def test_as_dataframe_has_a_column_per_input():
-    pd = pytest.importorskip("pandas")
+    import pandas as pd  # the test extra installs it
+
     request = InferRequest("m", [InferInput("a", [2], "INT32", [1, 2]), InferInput("b", [2, 1], "FP32", [[.5], [.25]])])
     frame = request.as_dataframe()
     assert isinstance(frame, pd.DataFrame) and list(frame.columns) == ["a", "b"] and frame["b"].tolist() == [.5, .25]
