@@ -3,6 +3,7 @@
 Drop-in for KServe's Python SDK: ``import kserve_sdk as kserve`` and the same custom model runs.
 """
 from . import constants, errors, logging, model_server
+from .batch import batch
 from .clients.rest import InferenceRESTClient, RESTConfig
 from .inference_client import InferenceGRPCClient
 from .model import BaseKServeModel, InferenceModel, InferenceVerb, Model
@@ -18,6 +19,6 @@ __all__ = [
     "BaseKServeModel", "InferenceModel", "InferenceVerb", "Model", "ModelServer", "ModelRepository",
     "PredictorConfig", "InferRequest", "InferResponse", "InferInput", "InferOutput", "RequestedOutput",
     "InferenceRESTClient", "InferenceGRPCClient", "RESTConfig", "Storage", "constants", "errors", "logging", "utils",
-    "model_server", "TimeSeriesModel",
+    "model_server", "TimeSeriesModel", "batch",
 ]
 

@@ -49,8 +49,13 @@ class _Metrics:
                                          "streamed OpenAI chunk", ["model_name"])
         self.llm_chunk_gap = Histogram("kserve_llm_chunk_gap_seconds", "Time between streamed OpenAI chunks",
                                        ["model_name"], buckets=_CHUNK_GAP_BUCKETS)
-        self.batch_size = Histogram("kserve_batch_size", "Requests merged into one predict call", ["model_name"],
+        self.batch_size = Histogram("kserve_batch_size", "Calls merged into one call of a model method (predict's "
+                                    "request batching, a @batch method's steps)", ["model_name", "method"],
                                     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, float("inf")))
+        self.batch_step = Histogram("kserve_batch_step_seconds", "Duration of one step of a @batch method",
+                                    ["model_name", "method"])
+        self.batch_waiting = Gauge("kserve_batch_rows_waiting", "Calls waiting for the next step of a @batch method",
+                                   ["model_name", "method"], multiprocess_mode="livesum")
 
 
 def setup() -> None:
@@ -152,10 +157,23 @@ def stream_finished(model_name: str, protocol: str, responses: int, first_respon
         _child(_m.first_response, model_name, protocol).observe(first_response_s)
 
 
-def batch_formed(model_name: str, size: int) -> None:
-    """``size`` requests were merged into one predict call."""
+def batch_formed(model_name: str, size: int, method: str = "predict") -> None:
+    """``size`` calls were merged into one call of the model's ``method``."""
     if _m is not None:
-        _child(_m.batch_size, model_name).observe(size)
+        _child(_m.batch_size, model_name, method).observe(size)
+
+
+def batch_step(model_name: str, method: str, size: int, seconds: float) -> None:
+    """One step of a @batch method computed ``size`` rows in ``seconds``."""
+    if _m is not None:
+        batch_formed(model_name, size, method)
+        _child(_m.batch_step, model_name, method).observe(seconds)
+
+
+def batch_rows_waiting(model_name: str, method: str, change: int) -> None:
+    """``change`` more (or, negative, fewer) calls wait for the next step of a @batch method."""
+    if _m is not None:
+        _child(_m.batch_waiting, model_name, method).inc(change)
 
 
 def llm_tokens(model_name: str, usage: Optional[dict]) -> None:
