@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from ..dataplane import DataPlane
 from ..errors import InferenceError, ModelNotFound
 from ..lifecycle import Call
-from ..protocol.rest.timeseries.codec import describe_validation_error
+from ..protocol.rest.json_body import describe_validation_error
 from ..protocol.rest.timeseries.error import TimeSeriesError, create_error_response
 from ..protocol.rest.timeseries.types import ErrorResponse, ForecastRequest, ForecastResponse
 from .model import is_forecasting_model
