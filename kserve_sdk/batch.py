@@ -24,11 +24,12 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from weakref import WeakKeyDictionary
 
-from . import executor, metrics
+from . import executor, metrics, tracing
 from .errors import InferenceError, model_error
+from .triton import statistics
 
-#: ``(item, the caller's future, the caller's task)``: a row waiting for a step.
-_Row = Tuple[Any, "asyncio.Future[Any]", Optional["asyncio.Task[Any]"]]
+#: ``(item, the caller's future, the caller's task, the caller's call span when traced)``: a row waiting for a step.
+_Row = Tuple[Any, "asyncio.Future[Any]", Optional["asyncio.Task[Any]"], Any]
 
 
 def batch(max_batch_size: int = 32, max_wait_ms: float = 5.0) -> Callable[[Callable[..., Any]], "BatchedMethod"]:
@@ -90,7 +91,7 @@ class StepBatcher:
         task = asyncio.current_task()
         if not self._waiting:
             self._first_at = loop.time()
-        row = (item, future, task)
+        row = (item, future, task, None if tracing.spans is None else tracing.spans.current_call_span())
         self._waiting.append(row)
         metrics.batch_rows_waiting(self.model_name, self.spec.name, 1)
         if task is not None and task not in self._members:
@@ -134,7 +135,7 @@ class StepBatcher:
             self._check_soon = None
         if self._running or not self._waiting:
             return
-        waiting_tasks = {task for _, _, task in self._waiting}
+        waiting_tasks = {task for _, _, task, _ in self._waiting}
         if self._members <= waiting_tasks:
             self._start(loop)
         elif timed_out or loop.time() >= self._first_at + self.spec.max_wait_s:
@@ -154,7 +155,7 @@ class StepBatcher:
         loop.create_task(self._step(rows))
 
     async def _step(self, rows: List[_Row]) -> None:
-        items = [item for item, _, _ in rows]
+        items = [item for item, _, _, _ in rows]
         start = time.perf_counter()
         try:
             results = await self._run(items)
@@ -163,7 +164,7 @@ class StepBatcher:
                 raise InferenceError(f"model '{self.model_name}': @batch method {self.spec.name}() {problem}")
         except BaseException as e:  # the whole step failed: every row with the model's error
             error = model_error(self.model_name, e) or e
-            for _, future, _ in rows:
+            for _, future, _, _ in rows:
                 if future.done():
                     continue
                 if isinstance(e, Exception):
@@ -173,7 +174,7 @@ class StepBatcher:
             if not isinstance(e, Exception):
                 raise
         else:
-            for (_, future, _), result in zip(rows, results, strict=True):
+            for (_, future, _, _), result in zip(rows, results, strict=True):
                 if future.done():
                     continue
                 if isinstance(result, Exception):
@@ -182,6 +183,8 @@ class StepBatcher:
                     future.set_result(result)
         finally:
             self._finished(len(rows), time.perf_counter() - start)
+            if tracing.spans is not None:  # the step's span, linked to the spans of the calls it served
+                tracing.spans.batch_step(self.model_name, self.spec.name, start, rows)
 
     def _run(self, items: List[Any]) -> Any:
         if self._sync:
@@ -195,6 +198,7 @@ class StepBatcher:
         stats["max_rows"] = max(stats["max_rows"], size)
         stats["sizes"][size] = stats["sizes"].get(size, 0) + 1
         metrics.batch_step(self.model_name, self.spec.name, size, seconds)
+        statistics.record_batch_step(self.model_name, size, seconds)
         self._running = False
         self._schedule(asyncio.get_event_loop())
 

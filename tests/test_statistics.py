@@ -8,7 +8,7 @@ import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
 from tritonclient.utils import InferenceServerException
 
-from helpers import post_json, request, side_by_side
+from helpers import post_json, read_sse, request, side_by_side
 
 
 def _infer_both_ways(server, rest_calls: int, grpc_calls: int) -> None:
@@ -112,3 +112,49 @@ def test_wait_for_a_batch_is_queue_time_not_compute(start_server):
     assert result.as_numpy("doubled").tolist() == [[2.0, 2.0]]
     queue_ns, infer_ns, success_ns = _waits(_stats(server, "batcher"))
     assert queue_ns >= 40e6 and infer_ns >= 15e6 and queue_ns + infer_ns <= success_ns, (queue_ns, infer_ns)
+
+
+def _count_with_batched_steps(server, streams: int, steps: int) -> None:
+    """``streams`` concurrent SSE streams of the counter model, each answering ``steps`` numbers."""
+    def count(start: int) -> list:
+        body = {"text_input": str(start), "parameters": {"steps": steps}}
+        _, events = read_sse(server.url, "/v2/models/counter/generate_stream", body)
+        return [int(event["text_output"]) for _, event in events]
+
+    with ThreadPoolExecutor(streams) as pool:
+        answers = list(pool.map(count, range(0, 1000 * streams, 1000)))
+    assert answers == [list(range(start + 1, start + steps + 1)) for start in range(0, 1000 * streams, 1000)]
+
+
+def test_batched_steps_are_executions_with_their_batch_size(start_server):
+    # tests/models/batch_steps.py: every answer of a stream is a row of a @kserve_sdk.batch step of at most
+    # 8 rows taking 10 ms; 12 streams of 20 steps over two workers, each worker batching its own streams.
+    server = start_server("tests/models/batch_steps.py", "--workers", "2")
+    _count_with_batched_steps(server, streams=12, steps=20)
+
+    stats = _stats(server, "counter")
+    sizes = {entry["batch_size"]: entry["compute_infer"] for entry in stats["batch_stats"]}
+    assert max(sizes) > 1 and max(sizes) <= 8, sizes
+    assert sum(size * infer["count"] for size, infer in sizes.items()) == 12 * 20  # every row of both workers
+    steps = sum(infer["count"] for infer in sizes.values())
+    assert all(infer["ns"] >= infer["count"] * 9e6 for infer in sizes.values()), sizes
+    assert stats["inference_count"] == 12 and steps < 12 * 20
+    assert stats["execution_count"] == 12 + steps  # each stream's own run of predict, and each step
+    assert all(entry["compute_input"] == entry["compute_output"] == {"count": 0, "ns": 0}
+               for entry in stats["batch_stats"])
+
+    over_grpc = tgrpc.InferenceServerClient(server.grpc_url).get_inference_statistics("counter")
+    (grpc_stats,) = over_grpc.model_stats
+    assert grpc_stats.execution_count == stats["execution_count"]
+    assert {entry.batch_size: (entry.compute_infer.count, entry.compute_infer.ns)
+            for entry in grpc_stats.batch_stats} == {size: (infer["count"], infer["ns"])
+                                                     for size, infer in sizes.items()}
+    as_json = tgrpc.InferenceServerClient(server.grpc_url).get_inference_statistics("counter", as_json=True)
+    assert [int(entry["batch_size"]) for entry in as_json["model_stats"][0]["batch_stats"]] == sorted(sizes)
+    over_http = thttp.InferenceServerClient(f"127.0.0.1:{server.http_port}").get_inference_statistics("counter")
+    assert over_http["model_stats"][0]["batch_stats"] == stats["batch_stats"]
+
+
+def test_a_model_that_never_batched_has_no_batch_stats(zoo):
+    post_json(zoo.http_port, "/v1/models/echo:predict", {"instances": [1]})
+    assert _stats(zoo, "echo")["batch_stats"] == []

@@ -13,7 +13,7 @@ import sys
 import threading
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Dict, List, NamedTuple
+from typing import Callable, Dict, List, NamedTuple, Tuple
 
 import grpc
 import pytest
@@ -28,7 +28,7 @@ from kserve_sdk.protocol.grpc.grpc_predict_v2_pb2_grpc import GRPCInferenceServi
 from kserve_sdk.tracing.config import TracingConfig, read_config
 
 SETOSA_MM = {"sepal_length_mm": 51, "sepal_width_mm": 35, "petal_length_mm": 14, "petal_width_mm": 2}
-SERVER, CLIENT = 2, 3  # OTLP span kinds
+INTERNAL, SERVER, CLIENT = 1, 2, 3  # OTLP span kinds
 
 
 class Span(NamedTuple):
@@ -40,6 +40,7 @@ class Span(NamedTuple):
     attributes: Dict
     resource: Dict
     events: List[str]
+    links: Tuple[Tuple[str, str], ...] = ()  # (trace id, span id) of each span this one links to
 
 
 def _value(any_value):
@@ -61,7 +62,8 @@ class Collector(trace_service_pb2_grpc.TraceServiceServicer):
                     for s in scope_spans.spans:
                         self.spans.append(Span(s.name, s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(),
                                                s.kind, {kv.key: _value(kv.value) for kv in s.attributes},
-                                               resource, [e.name for e in s.events]))
+                                               resource, [e.name for e in s.events],
+                                               tuple((k.trace_id.hex(), k.span_id.hex()) for k in s.links)))
         return trace_service_pb2.ExportTraceServiceResponse()
 
     def of(self, trace_id: str) -> List[Span]:
@@ -227,6 +229,71 @@ def test_a_stream_is_one_span_with_its_chunk_count(traced, collector):
         client_span, "generate_stream", 3)
     over_grpc = server_span(collector.of(grpc_trace))
     assert (over_grpc.name, over_grpc.attributes["kserve.stream.chunks"]) == ("grpc ModelStreamInfer", 4)
+
+
+
+def _counter_stream(server, start: int, traceparent: str, over_grpc: bool) -> List[int]:
+    """The numbers of one traced stream of tests/models/batch_steps.py's counter (10 steps), SSE or gRPC."""
+    if not over_grpc:
+        _, events = read_sse(server.url, "/v2/models/counter/generate_stream",
+                             {"text_input": str(start), "parameters": {"steps": 10}}, {"traceparent": traceparent})
+        return [int(data["text_output"]) for _, data in events]
+    request = pb.ModelInferRequest(model_name="counter")
+    request.inputs.add(name="text_input", datatype="BYTES", shape=[1]).contents.bytes_contents.append(b"%d" % start)
+    request.parameters["steps"].int64_param = 10
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        answers = GRPCInferenceServiceStub(channel).ModelStreamInfer(iter([request]),
+                                                                     metadata=(("traceparent", traceparent),))
+        answers = list(answers)
+    assert not any(a.error_message for a in answers), answers[-1].error_message
+    return [int(a.infer_response.outputs[0].contents.bytes_contents[0]) for a in answers]
+
+
+def test_a_batched_step_is_a_span_linked_to_the_calls_it_served(start_server, collector):
+    # Six concurrent streams, three over SSE and three over gRPC, each advanced by @kserve_sdk.batch steps.
+    server = start_server("tests/models/batch_steps.py", env=otel_env(collector, "batch-steps"))
+    traces = [new_trace() for _ in range(6)]
+    with futures.ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda i: _counter_stream(server, 100 * i, traces[i][2], over_grpc=i % 2 == 1),
+                                range(6)))
+    assert answers == [list(range(100 * i + 1, 100 * i + 11)) for i in range(6)]
+    calls = {trace_id: collector.wait(lambda t=trace_id: collector.server_span_of(t))[0]
+             for trace_id, _, _ in traces}
+
+    def steps_of_all_calls():
+        steps = [s for s in collector.spans if s.name == "batch step" and s.resource["service.name"] == "batch-steps"]
+        return steps if sum(s.attributes["kserve.batch_size"] for s in steps) == 60 else None
+
+    steps = collector.wait(steps_of_all_calls)
+    call_ids = {(call.trace_id, call.span_id) for call in calls.values()}
+    assert all(s.kind == INTERNAL and s.parent == "" and s.trace_id not in calls for s in steps)  # roots of their own
+    assert all(s.attributes["kserve.model_name"] == "counter" and s.attributes["kserve.batch.method"] == "step"
+               for s in steps)
+    assert all(set(s.links) <= call_ids and len(s.links) == s.attributes["kserve.batch_size"] for s in steps)
+    assert max(s.attributes["kserve.batch_size"] for s in steps) > 1
+    assert all(sum(call in s.links for s in steps) == 10 for call in call_ids)  # each call's ten rows
+
+
+
+def test_a_step_whose_calls_are_not_sampled_makes_no_span(start_server, collector):
+    server = start_server("tests/models/batch_steps.py", env=otel_env(collector, "batch-steps-off"))
+    assert post_json(server.http_port, "/v2/models/counter/trace/setting", {"trace_level": ["OFF"]})[0] == 200
+    with futures.ThreadPoolExecutor(3) as pool:
+        untraced = list(pool.map(lambda i: _counter_stream(server, 100 * i, new_trace()[2], over_grpc=False),
+                                 range(3)))
+    assert untraced == [list(range(100 * i + 1, 100 * i + 11)) for i in range(3)]
+    assert post_json(server.http_port, "/v2/models/counter/trace/setting", {"trace_level": None})[0] == 200
+    trace_id, _, traceparent = new_trace()  # the marker: a sampled stream alone, ten steps of one row
+    assert _counter_stream(server, 0, traceparent, over_grpc=False) == list(range(1, 11))
+    (call,) = collector.wait(lambda: collector.server_span_of(trace_id))
+
+    def steps():
+        found = [s for s in collector.spans if s.resource["service.name"] == "batch-steps-off" and s.kind == INTERNAL
+                 and s.name == "batch step"]
+        return found if len(found) >= 10 else None
+
+    assert [(s.links, s.attributes["kserve.batch_size"]) for s in collector.wait(steps)] == [
+        (((call.trace_id, call.span_id),), 1)] * 10  # none for the untraced streams' steps
 
 
 def tokens_request(text: str) -> pb.ModelInferRequest:

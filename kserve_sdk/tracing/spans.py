@@ -5,13 +5,20 @@ client's ``traceparent`` / ``tracestate``, from HTTP headers or gRPC metadata) a
 closes. The stage spans (preprocess, predict or explain, postprocess) are made at the close from the
 call's timings record, so the stages pay nothing for them; the model and a forwarded request see the
 server span as their parent through the ``traceparent`` put into the call's headers.
+
+A step of a ``@kserve_sdk.batch`` method serves many calls at once: its span (``batch <method>``) starts a
+trace of its own, linked to the server span of each sampled call it computed a row for. A caller's span is
+found through :data:`_call_span`, a context variable the call's start sets (tracing on only) and which the
+model's code, run in the same task or in tasks it starts, sees.
 """
 import time
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, Optional
+from contextvars import ContextVar
+from typing import Any, Dict, Iterator, Optional, Sequence
 
 from opentelemetry import propagate, trace
-from opentelemetry.trace import SpanKind, StatusCode, set_span_in_context
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, SpanKind, StatusCode, set_span_in_context
 
 from . import untraced as _untraced  # the endpoints the APIs declare never traced (one set, filled in place)
 from .provider import MODEL_ATTRIBUTE
@@ -26,6 +33,10 @@ _GRPC_SERVER_ERRORS = frozenset({"UNKNOWN", "DEADLINE_EXCEEDED", "UNIMPLEMENTED"
 _tracer = trace.get_tracer("kserve_sdk")
 # perf_counter readings (what the lifecycle and the stages take) to the epoch nanoseconds of spans
 _perf_to_epoch_ns = time.time_ns() - time.perf_counter_ns()
+
+
+#: The server span of the call whose model code runs in this context, while it is sampled.
+_call_span: ContextVar[Optional[Any]] = ContextVar("kserve_sdk_call_span", default=None)
 
 
 def _epoch_ns(perf_seconds: float) -> int:
@@ -46,6 +57,9 @@ def start_call(call: Any) -> Optional[Any]:
     propagate.inject(headers, set_span_in_context(span))  # the model and its predictor see this span as parent
     if span.is_recording():
         call.timings.traced = True  # the stages note when they start (see end_call)
+        _call_span.set(span)
+    else:  # a call not sampled: a batch step it joins links to no earlier call of the same task
+        _call_span.set(None)
     return span
 
 
@@ -112,3 +126,23 @@ def forwarding(headers: Dict[str, str], model_name: str, target: str, protocol: 
         raise
     finally:
         span.end()
+
+
+def current_call_span() -> Optional[Any]:
+    """The server span of the sampled call this code runs for (what a batched method's caller links from)."""
+    return _call_span.get()
+
+
+def batch_step(model_name: str, method: str, started: float, rows: Sequence[Any]) -> None:
+    """A step of ``@kserve_sdk.batch`` method ``method`` that began at ``started`` (perf_counter) and has just
+    ended, for ``rows`` (``(item, future, task, call span)``): its span, linked to the calls' spans. No span
+    when none of its callers is sampled, so Triton's trace settings and the sampler rule steps as they rule
+    calls."""
+    callers = {id(row[3]): row[3] for row in rows if row[3] is not None}
+    if not callers:
+        return
+    attributes = {MODEL_ATTRIBUTE: model_name, "kserve.batch.method": method, "kserve.batch_size": len(rows)}
+    links = [Link(span.get_span_context()) for span in callers.values()]
+    span = _tracer.start_span(f"batch {method}", Context(), SpanKind.INTERNAL, attributes, links,  # a root
+                              start_time=_epoch_ns(started))
+    span.end()

@@ -4,6 +4,11 @@ Each worker keeps one small array of counters per model. With a metrics director
 server runs: see :mod:`kserve_sdk.metrics`) the array is a memory-mapped file there, so a statistics
 request to any worker sums every worker's files, as a Prometheus scrape does; a worker that died keeps
 its counts in the totals. Recording is a few integer additions on the request's own thread.
+
+A step of a ``@kserve_sdk.batch`` method (batch.py) is one execution: it adds to ``execution_count`` and to
+Triton's ``batch_stats`` entry of its size. Those entries live in a second file per model and worker: a fixed
+array of ``(executions, ns)`` pairs, one per batch size from 1 to :data:`BATCH_SIZES` (a larger step counts
+under the last), summed over the workers' files like the rest; an untouched size costs no disk (sparse file).
 """
 import glob
 import mmap
@@ -21,31 +26,46 @@ FIELDS = ("inference_count", "execution_count", "last_inference", "success_count
 # Stage timings (ms) of the pipeline, and the Triton counters they feed.
 _STAGE_SLOT = {"preprocess_ms": INPUT, "predict_ms": INFER, "explain_ms": INFER, "postprocess_ms": OUTPUT}
 
+#: Batch sizes with their own ``batch_stats`` entry (1 to this); a step of more rows counts under the last.
+BATCH_SIZES = 1024
+
 _counters: Dict[str, memoryview] = {}
+_batch_counters: Dict[str, memoryview] = {}
 os.register_at_fork(after_in_child=_counters.clear)  # a forked worker starts its own files
+os.register_at_fork(after_in_child=_batch_counters.clear)
 
 
 def _directory() -> Optional[str]:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR")
 
 
-def _file_prefix(model_name: str) -> str:
-    return f"triton_stats_{model_name.encode().hex()}_"
+def _file_prefix(model_name: str, kind: str = "stats") -> str:
+    return f"triton_{kind}_{model_name.encode().hex()}_"
+
+
+def _new_counters(model_name: str, kind: str, slots: int) -> memoryview:
+    """``slots`` int64 counters of this worker: mapped from its file in the metrics directory, else in memory."""
+    directory = _directory()
+    if not directory:
+        return memoryview(bytearray(8 * slots)).cast("q")
+    path = os.path.join(directory, f"{_file_prefix(model_name, kind)}{os.getpid()}.bin")
+    with open(path, "wb+") as f:
+        f.truncate(8 * slots)
+        # int64 slots of the mapping through a memoryview: indexing it is C-fast, unlike numpy scalars
+        return memoryview(mmap.mmap(f.fileno(), 8 * slots)).cast("q")
 
 
 def _counters_of(model_name: str) -> memoryview:
     counters = _counters.get(model_name)
     if counters is None:
-        directory = _directory()
-        if directory:
-            path = os.path.join(directory, f"{_file_prefix(model_name)}{os.getpid()}.bin")
-            with open(path, "wb+") as f:
-                f.truncate(8 * len(FIELDS))
-                # int64 slots of the mapping through a memoryview: indexing it is C-fast, unlike numpy scalars
-                counters = memoryview(mmap.mmap(f.fileno(), 8 * len(FIELDS))).cast("q")
-        else:
-            counters = memoryview(bytearray(8 * len(FIELDS))).cast("q")
-        _counters[model_name] = counters
+        counters = _counters[model_name] = _new_counters(model_name, "stats", len(FIELDS))
+    return counters
+
+
+def _batch_counters_of(model_name: str) -> memoryview:
+    counters = _batch_counters.get(model_name)
+    if counters is None:
+        counters = _batch_counters[model_name] = _new_counters(model_name, "batches", 2 * BATCH_SIZES)
     return counters
 
 
@@ -80,19 +100,45 @@ def record_failure(model_name: str, total_ns: int, executions: int = 0) -> None:
     counters[LAST] = time.time_ns() // 1_000_000
 
 
-def _totals(model_name: str) -> np.ndarray:
+def record_batch_step(model_name: str, size: int, seconds: float) -> None:
+    """A step of a ``@kserve_sdk.batch`` method computed ``size`` rows in ``seconds``: one execution."""
+    _counters_of(model_name)[EXECUTIONS] += 1
+    batches = _batch_counters_of(model_name)
+    slot = 2 * (min(size, BATCH_SIZES) - 1)
+    batches[slot] += 1
+    batches[slot + 1] += int(seconds * 1e9)
+
+
+def _files(model_name: str, kind: str, slots: int) -> List[np.ndarray]:
+    """Every worker's counters of ``model_name`` (this process's alone without a metrics directory)."""
     directory = _directory()
     if not directory:
-        own = _counters.get(model_name)
-        return np.zeros(len(FIELDS), dtype=np.int64) if own is None else np.array(own.tolist(), dtype=np.int64)
+        own = (_counters if kind == "stats" else _batch_counters).get(model_name)
+        return [] if own is None else [np.array(own.tolist(), dtype=np.int64)]
+    paths = glob.glob(os.path.join(glob.escape(directory), _file_prefix(model_name, kind) + "*.bin"))
+    every = [np.fromfile(path, dtype=np.int64) for path in paths]
+    return [counts for counts in every if counts.size == slots]  # a file being made is not counted yet
+
+
+def _totals(model_name: str) -> np.ndarray:
     total = np.zeros(len(FIELDS), dtype=np.int64)
-    for path in glob.glob(os.path.join(glob.escape(directory), _file_prefix(model_name) + "*.bin")):
-        counts = np.fromfile(path, dtype=np.int64)
-        if counts.size == len(FIELDS):
-            total[LAST] = max(total[LAST], counts[LAST])
-            counts[LAST] = 0
-            total += counts
+    for counts in _files(model_name, "stats", len(FIELDS)):
+        total[LAST] = max(total[LAST], counts[LAST])
+        counts[LAST] = 0
+        total += counts
     return total
+
+
+def _batch_stats(model_name: str) -> List[Dict[str, Any]]:
+    """Triton's ``batch_stats``: per batch size that ran, its executions and their compute time."""
+    total = np.zeros(2 * BATCH_SIZES, dtype=np.int64)
+    for counts in _files(model_name, "batches", 2 * BATCH_SIZES):
+        total += counts
+    pairs = total.reshape(BATCH_SIZES, 2)
+    return [{"batch_size": int(size) + 1, "compute_input": {"count": 0, "ns": 0},
+             "compute_infer": {"count": int(pairs[size, 0]), "ns": int(pairs[size, 1])},
+             "compute_output": {"count": 0, "ns": 0}}
+            for size in np.flatnonzero(pairs[:, 0])]
 
 
 def model_statistics(model_name: str, version: str = "") -> Dict[str, Any]:
@@ -111,7 +157,7 @@ def model_statistics(model_name: str, version: str = "") -> Dict[str, Any]:
             "compute_infer": duration(INFER, INFER_NS), "compute_output": duration(OUTPUT, OUTPUT_NS),
             "cache_hit": {"count": 0, "ns": 0}, "cache_miss": {"count": 0, "ns": 0},
         },
-        "batch_stats": [],
+        "batch_stats": _batch_stats(model_name),
     }
 
 
