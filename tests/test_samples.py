@@ -55,7 +55,8 @@ SCHEMA = os.path.join(ROOT, "tests", "schemas", "inferenceservice.schema.json")
 # The samples of issue 9 and openai_chat (issue 19), each run here in its own fresh environment. (A sample
 # whose requirements take minutes to install, such as samples/parallel_ray with Ray, is tested by its own
 # test file.)
-SAMPLES = sorted({"custom_model", "custom_grpc", "text_stream", "transformer", "logging", "openai_chat"})
+SAMPLES = sorted({"custom_model", "custom_grpc", "text_stream", "transformer", "logging", "openai_chat",
+                  "continuous_batching"})
 PYTHON_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 PORT_FLAGS = {"--http_port": "http1", "--grpc_port": "h2c"}
 # The environment a user's shell would give: no virtual environment or PYTHONPATH of the test run.
