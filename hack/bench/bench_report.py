@@ -3,13 +3,16 @@
 acceptance(results) -> [check dict]; markdown(results) -> the whole bench.md; summary_markdown(results)
 -> its summary part (also printed at the end of a run). Every ratio is req/s of kserve_sdk (`ours`)
 divided by the reference's, measured in the same cell of the same run. The checks are issue 21's
-targets, then two of the earlier issues' that still hold (binary 1 MiB against KServe, start-up).
+targets, then two of the earlier issues' that still hold (binary 1 MiB against KServe, start-up), then issue
+33's continuous-batching goals (the cb group: `cb` is @kserve_sdk.batch, its ratios are to `unbatched` and
+`litserve`).
 """
 
 SMALL = {"v2-json-small", "v1-small", "grpc-small"}
 LOAD_GROUPS = ["http", "grpc", "stream", "batch", "workers", "shm"]
 REF_TITLES = {"bare": "×ceiling (bare)", "kserve": "×KServe", "mlserver": "×MLServer", "litserve": "×LitServe",
-              "bentoml": "×BentoML", "batch-off": "×batching off", "ours-w1": "×1 worker"}
+              "bentoml": "×BentoML", "batch-off": "×batching off", "ours-w1": "×1 worker",
+              "unbatched": "×unbatched"}
 CEILING = 0.85                                  # every REST, gRPC and gRPC-stream cell
 KSERVE_SMALL = {"http": 2, "grpc": 1.5}         # small cells
 PEER_MIN = {"litserve": 2, "bentoml": 3}        # every cell they serve
@@ -17,6 +20,10 @@ MLSERVER_SSE = 3
 GRPC_KINSTR = 680                               # thousand instructions per small gRPC request, ours
 REST_OVER_BARE = 680 / 618                      # the same allowance over the bare server, read for REST v2
 TAIL_TARGETS = ["bare", "ours", "kserve", "litserve", "bentoml"]
+CB_UNBATCHED = 8                                # cb tokens/s over unbatched, at CB_CONC streams
+CB_LITSERVE = 1.2                               # cb tokens/s over LitServe's loop, every concurrency
+CB_TTFT_STEPS = 5                               # cb time-to-first-token p99 in unloaded steps, at CB_CONC streams
+CB_CONC = 32
 
 
 # --------------------------------------------------------------------------- acceptance
@@ -114,6 +121,27 @@ def cost_checks(results):
                     round(REST_OVER_BARE, 2))]
 
 
+def cb_checks(results):
+    """Issue 33: step batching against the same model unbatched and against LitServe's loop; time to first token.
+    A rate check's ceiling is the step alone (conc rows per unloaded step) over the reference's tokens/s."""
+    by = {(c["target"], c["conc"]): c for c in cells(results, "cb")}
+    out = []
+    for c in cells(results, "cb", "cb"):
+        where = f"cb {label(c)}"
+        step_rate = c["conc"] * 1000 / c["step_ms"] if c.get("step_ms") else None
+        rate_checks = [("×LitServe loop (tok/s)", "litserve", CB_LITSERVE)]
+        if c["conc"] == CB_CONC:
+            rate_checks.insert(0, ("×unbatched (tok/s)", "unbatched", CB_UNBATCHED))
+        for title, ref, need in rate_checks:
+            check = verdict(title, where, c["ratio"].get(ref), ">=", need)
+            ref_rps = by.get((ref, c["conc"]), {}).get("rps")
+            check["ceiling"] = step_rate / ref_rps if step_rate and ref_rps else None
+            out.append(check)
+        if c["conc"] == CB_CONC:
+            out.append(verdict("TTFT p99 (unloaded steps)", where, c.get("ttft_p99_steps"), "<=", CB_TTFT_STEPS))
+    return out
+
+
 def acceptance(results):
     """Every acceptance check whose group ran."""
     ran = results["groups"]
@@ -124,6 +152,8 @@ def acceptance(results):
         out += cost_checks(results)
     if "startup" in ran:
         out += startup_checks(results)
+    if "cb" in ran:
+        out += cb_checks(results)
     return out
 
 
@@ -213,6 +243,27 @@ def other_ratios(results):
     return table(["ratio (req/s)", "cell", "value"], rows) if rows else ""
 
 
+def cb_md(results):
+    """The cb group per concurrency: tokens/s of each target, cb's ratios, cb's time to first token."""
+    by = {(c["target"], c["conc"]): c for c in cells(results, "cb")}
+    rows = []
+    for c in cells(results, "cb", "cb"):
+        conc = c["conc"]
+        rate = [num(by.get((t, conc), {}).get("rps"), ".0f") for t in ("cb", "unbatched", "litserve")]
+        ttft = [f"{num(x.get('p50_ms'), '.1f')} / {num(x.get('p99_ms'), '.1f')}" if x.get("rps") else "-"
+                for x in (c, by.get(("litserve", conc), {}))]
+        rows.append([conc] + rate + [num(c["ratio"].get("unbatched")), num(c["ratio"].get("litserve")), ttft[0],
+                                     f"{num(c.get('ttft_p50_steps'), '.1f')} / {num(c.get('ttft_p99_steps'), '.1f')}",
+                                     num(c.get("step_ms"), ".3f"), ttft[1]])
+    if not rows:
+        return ""
+    return ("### Continuous batching (cb_bench.py)\n\nTokens per second over all streams; time to first token "
+            "p50 / p99 in ms and in unloaded steps of the cell's batch size (the step timed alone before the "
+            "servers start).\n\n" + table(
+                ["streams", "cb tok/s", "unbatched tok/s", "litserve tok/s", "cb ×unbatched", "cb ×LitServe",
+                 "cb TTFT ms", "cb TTFT steps", "step ms", "litserve TTFT ms"], rows))
+
+
 def acceptance_md(checks):
     """Every check: cell, value, target, value ÷ target, met / missed."""
     if not checks:
@@ -222,7 +273,8 @@ def acceptance_md(checks):
     counts = [sum(1 for c in checks if c["pass"] is v) for v in (True, False, None)]
     beyond = [c["cell"] for c in checks if c.get("ceiling") is not None and c["ceiling"] < c["target"]]
     note = (f"The ceiling itself is below {len(beyond)} of these targets in this run ({', '.join(beyond)}): "
-            "there they ask for more than the bare server gives against the same peer.\n\n") if beyond else ""
+            "there they ask for more than the ceiling (the bare server; in the cb group the step alone) gives "
+            "against the same peer.\n\n") if beyond else ""
     return "{} met, {} missed, {} n/a (a reference or value missing).\n\n".format(*counts) + note + \
         table(["check", "cell", "value", "target", "value ÷ target", "the ceiling's own value", "result"], rows)
 
@@ -232,7 +284,8 @@ def summary_markdown(results):
     checks = results.get("acceptance") or acceptance(results)
     ratios = ratio_summary(results, checks)
     intro = "kserve_sdk (`ours`) req/s divided by each reference's, same cell, same run.\n" if ratios else ""
-    parts = ["## Summary\n", intro, ratios, other_ratios(results), "## Acceptance\n", acceptance_md(checks),
+    parts = ["## Summary\n", intro, ratios, other_ratios(results), cb_md(results), "## Acceptance\n",
+             acceptance_md(checks),
              tail_md(results), cost_md(results), "## Start-up and memory\n", memory_md(results),
              growth_md(results)]
     return "\n".join(p for p in parts if p)
@@ -364,5 +417,5 @@ def markdown(results):
         parts.append(f"**Interrupted ({results['interrupted']}): incomplete.**\n")
     parts.append(summary_markdown(results))
     parts.append("## Groups\n")
-    parts += [group_md(name, results["groups"][name]) for name in LOAD_GROUPS if name in results["groups"]]
+    parts += [group_md(name, results["groups"][name]) for name in LOAD_GROUPS + ["cb"] if name in results["groups"]]
     return "\n".join(parts)

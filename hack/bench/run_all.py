@@ -14,6 +14,7 @@ its end, also on errors and Ctrl-C; targets alternate within every cell):
   shm      shm_bench.py: 64 MiB via system shared memory vs binary REST, c1   kserve_sdk
   memory   memory_bench.py: RSS with 1/1,000/10,000 models, 5,000 idle connections, 100,000 requests
   cost     call_cost.py --server [--rest]: instructions per small gRPC / REST v2 request   bare, ours
+  cb       cb_bench.py: tokens/s and time to first token at 1/8/32/64 streams   cb, unbatched, litserve
 The http group also runs LitServe and BentoML (litserve, bentoml) on their own /predict route in the
 v1 cells, and the stream group LitServe's stream=True in the sse-stream cells.
 bench_report.py turns the results into bench.md. See README.md.
@@ -36,6 +37,7 @@ import time
 import batch_bench
 import bench_report
 import benchlib
+import cb_bench
 import grpc_bench
 import http_bench
 import memory_bench
@@ -44,9 +46,10 @@ import shm_bench
 import stream_bench
 from benchlib import ALL_TARGETS, HERE, REPO
 
-GROUPS = ["http", "grpc", "stream", "batch", "workers", "startup", "shm", "memory", "cost"]
+GROUPS = ["http", "grpc", "stream", "batch", "workers", "startup", "shm", "memory", "cost", "cb"]
 REFS = {"http": ["bare", "kserve", "mlserver", "litserve", "bentoml"], "grpc": ["bare", "kserve", "mlserver"],
-        "stream": ["bare", "mlserver", "litserve"], "batch": ["batch-off"], "workers": ["ours-w1"], "shm": []}
+        "stream": ["bare", "mlserver", "litserve"], "batch": ["batch-off"], "workers": ["ours-w1"], "shm": [],
+        "cb": ["unbatched", "litserve"]}
 QUICK = {"duration": 1, "warmup": 0, "rounds": 1, "starts": 1, "settle": 0.5, "shm_max_requests": 20,
          "cost_requests": 100}
 
@@ -220,6 +223,22 @@ def group_cost(opts, targets):
     return {"requests": opts.cost_requests, **out}
 
 
+def group_cb(opts, targets):
+    """cb_bench: @kserve_sdk.batch, the same model unbatched, and LitServe's loop (when litserve is a target);
+    each cell also gets its time to first token in unloaded steps."""
+    names = [t for t in cb_bench.TARGETS if t != "litserve" or "litserve" in targets]
+    args = bench_args(cb_bench, opts, names)
+    bench = cb_bench.spec(args)
+    out = run_load_group("cb", args, bench)
+    step = out["data"].get("step_ms", {})
+    for c in out["cells"]:
+        case = benchlib.Case(c["case"], c["conc"], "sse", 0)
+        c["step_ms"] = step.get(c["conc"])
+        c["ttft_p50_steps"] = cb_bench.in_steps(c["p50_ms"], case, step)
+        c["ttft_p99_steps"] = cb_bench.in_steps(c["p99_ms"], case, step)
+    return out
+
+
 # --------------------------------------------------------------------------- startup
 
 def start_once(name, opts, workdir):
@@ -320,12 +339,12 @@ def write_results(opts, results):
 
 GROUP_RUNNERS = {"http": group_http, "grpc": group_grpc, "stream": group_stream, "batch": group_batch,
                  "workers": group_workers, "startup": group_startup, "shm": group_shm,
-                 "memory": group_memory, "cost": group_cost}
+                 "memory": group_memory, "cost": group_cost, "cb": group_cb}
 
 
 def needs_ours(group):
     """Groups that measure kserve_sdk alone."""
-    return group in ("batch", "workers", "shm", "memory", "cost")
+    return group in ("batch", "workers", "shm", "memory", "cost", "cb")
 
 
 def run_groups(opts, results):

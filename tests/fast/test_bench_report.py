@@ -85,3 +85,37 @@ def test_a_kserve_target_is_shown_beside_the_ceilings_own_ratio():
     assert "| ×KServe (small) | grpc grpc-small@c32 | 1.60 | >= 1.50 | 1.07 | 1.40 | met |" in md
     # only the gRPC cell's ceiling (1.4x KServe) is below its target (1.5)
     assert "The ceiling itself is below 1 of these targets in this run (grpc grpc-small@c32)" in md
+
+
+def cb_results():
+    """The cb group as run_all.group_cb writes it: cb at 1 and 32 streams, with its TTFT in steps."""
+    cb = [dict(cell("cb", "cb-stream", 1, 600, {"unbatched": 1.0, "litserve": 1.3}, p99=8),
+               p50_ms=2.5, step_ms=1.5, ttft_p50_steps=1.7, ttft_p99_steps=5.3),
+          dict(cell("cb", "cb-stream", 32, 6000, {"unbatched": 10.3, "litserve": 1.1}, p99=9),
+               p50_ms=4, step_ms=1.8, ttft_p50_steps=2.2, ttft_p99_steps=5.0),
+          cell("unbatched", "cb-stream", 32, 582), cell("litserve", "cb-stream", 32, 5400, p99=400)]
+    return {"groups": {"cb": {"cells": cb}}}
+
+
+def test_issue_33_goals_are_checked_at_their_concurrencies():
+    got = checks_by(bench_report.acceptance(cb_results()))
+    assert got[("×unbatched (tok/s)", "cb cb-stream@c32")]["pass"] is True
+    ttft = got[("TTFT p99 (unloaded steps)", "cb cb-stream@c32")]
+    assert (ttft["value"], ttft["target"], ttft["pass"]) == (5.0, 5, True)
+    assert got[("×LitServe loop (tok/s)", "cb cb-stream@c1")]["pass"] is True
+    assert got[("×LitServe loop (tok/s)", "cb cb-stream@c32")]["pass"] is False
+    assert ("×unbatched (tok/s)", "cb cb-stream@c1") not in got  # the 8x goal is at 32 streams only
+    assert ("TTFT p99 (unloaded steps)", "cb cb-stream@c1") not in got
+
+
+def test_cb_table_shows_every_target_and_the_ttft_in_steps():
+    md = bench_report.summary_markdown(cb_results())
+    assert "| 32 | 6000 | 582 | 5400 | 10.30 | 1.10 | 4.0 / 9.0 | 2.2 / 5.0 | 1.800 | - / 400.0 |" in md
+
+
+def test_cb_rate_checks_show_the_step_alone_as_their_ceiling():
+    got = checks_by(bench_report.acceptance(cb_results()))
+    # 32 rows per 1.8 ms step, over the references' tokens/s
+    assert round(got[("×LitServe loop (tok/s)", "cb cb-stream@c32")]["ceiling"], 3) == round(32000 / 1.8 / 5400, 3)
+    assert round(got[("×unbatched (tok/s)", "cb cb-stream@c32")]["ceiling"], 3) == round(32000 / 1.8 / 582, 3)
+    assert got[("×LitServe loop (tok/s)", "cb cb-stream@c1")]["ceiling"] is None  # no litserve cell at c1
