@@ -315,15 +315,14 @@ class DataPlane:
         if model is None:
             model = await self.ready_model(model_name)
         headers = {} if headers is None else headers
-        timings = timings_of(call)
         deadline = self.deadline(request)
         v2 = isinstance(request, InferRequest)
         shm = v2 and uses_shared_memory(request)
         if shm:
             self.shared_memory.read_inputs(request)
-        model_call = ModelCall(self, model_name, timings, headers)
-        response, response_headers = await model_call.run(self._run_model(model, request, headers, verb, timings),
-                                                          deadline)
+        model_call = self.model_call(model_name, call, headers)
+        answer = self._run_model(model, request, headers, verb, model_call.timings)
+        response, response_headers = await model_call.run(answer, deadline)
         if v2:
             response = self._as_v2_response(model_name, request, response)
             if shm and isinstance(response, InferResponse):

@@ -47,10 +47,8 @@ class Deadline(NamedTuple):
     source: str
 
     @classmethod
-    def after(cls, seconds: Optional[float], source: str) -> "Optional[Deadline]":
-        """The deadline ``seconds`` from now (None: no deadline)."""
-        if seconds is None:
-            return None
+    def after(cls, seconds: float, source: str) -> "Deadline":
+        """The deadline ``seconds`` from now."""
         return cls(asyncio.get_running_loop().time() + seconds, seconds, source)
 
 
