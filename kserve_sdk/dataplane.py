@@ -20,6 +20,7 @@ from .model_call import CountedStream, Deadline, ModelCall
 from .model_repository import ModelRepository
 from .protocol.infer_type import InferRequest, InferResponse
 from .protocol.tensor import DataDoesNotFit, Tensor, in_shared_memory
+from .scheduling import Scheduler, SchedulingPolicy, Ticket
 from .tracing.settings import validated as validated_trace_settings
 from .triton import log_settings, statistics
 from .triton.model_config import triton_config
@@ -54,16 +55,6 @@ def check_model_name(name: str) -> None:
         raise InvalidInput(f"{name!r} is not a model name")
     if any(ord(c) < 32 or ord(c) == 127 for c in name):
         raise InvalidInput(f"the model name {name!r} contains a control character")
-
-
-def _timeout_parameter(request: InferRequest) -> Optional[float]:
-    """The v2 ``timeout`` request parameter (microseconds, as Triton reads it) in seconds; None when absent or 0."""
-    value = request.parameters.get("timeout") if isinstance(request.parameters, dict) else None
-    if value is None:
-        return None
-    if type(value) is not int or value < 0:
-        raise InvalidInput(f"the 'timeout' parameter must be a non-negative integer (microseconds), got {value!r}")
-    return value / 1e6 or None
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -104,12 +95,14 @@ class DataPlane:
 
     def __init__(self, model_registry: ModelRepository, enable_latency_logging: bool = True,
                  max_concurrent_requests: Optional[int] = None, request_timeout_seconds: Optional[float] = None,
-                 allow_client_shm: bool = False):
+                 allow_client_shm: bool = False, scheduling: Optional[SchedulingPolicy] = None):
         self._model_registry = model_registry
         #: Inference calls this worker answers at once; more are refused with ServerBusy (None: no limit).
         self.max_concurrent_requests = max_concurrent_requests or None
         #: Seconds a unary inference call may take before it is cancelled (None: no limit).
         self.request_timeout_seconds = request_timeout_seconds or None
+        #: Each model's queue under its scheduling policy over ``scheduling``, the server's defaults.
+        self.scheduler = Scheduler(scheduling, self.request_timeout_seconds)
         self.enable_latency_logging = enable_latency_logging
         self.draining = False
         self._in_flight = 0
@@ -315,14 +308,13 @@ class DataPlane:
         if model is None:
             model = await self.ready_model(model_name)
         headers = {} if headers is None else headers
-        deadline = self.deadline(request)
         v2 = isinstance(request, InferRequest)
+        model_call = self.model_call(model_name, call, headers, model, request.parameters if v2 else None)
         shm = v2 and uses_shared_memory(request)
         if shm:
             self.shared_memory.read_inputs(request)
-        model_call = self.model_call(model_name, call, headers)
         answer = self._run_model(model, request, headers, verb, model_call.timings)
-        response, response_headers = await model_call.run(answer, deadline)
+        response, response_headers = await model_call.run(answer)
         if v2:
             response = self._as_v2_response(model_name, request, response)
             if shm and isinstance(response, InferResponse):
@@ -330,22 +322,24 @@ class DataPlane:
         return response, response_headers or {}
 
     def deadline(self, request: Any = None) -> Optional[Deadline]:
-        """The deadline of a model call starting now: ``--request_timeout_seconds``, or a v2 request's
-        ``timeout`` parameter (microseconds, as Triton reads it) when that is shorter; None when neither."""
-        timeout, source = self.request_timeout_seconds, "--request_timeout_seconds"
-        if isinstance(request, InferRequest) and request.parameters:
-            asked = _timeout_parameter(request)
-            if asked is not None and (timeout is None or asked < timeout):
-                timeout, source = asked, "the request's timeout parameter"
-        return None if timeout is None else Deadline.after(timeout, source)
+        """The deadline of a call starting now under the server's default policy: ``--request_timeout_seconds``,
+        or a v2 request's ``timeout`` parameter (microseconds, as Triton reads it) when that is shorter."""
+        parameters = request.parameters if isinstance(request, InferRequest) else None
+        return self.scheduler.admit("", None, parameters, {})[1]
 
-    def model_call(self, model_name: str, call: Optional[Call], headers: Optional[Dict[str, str]] = None
-                   ) -> ModelCall:
+    def model_call(self, model_name: str, call: Optional[Call], headers: Optional[Dict[str, str]] = None,
+                   model: Any = None, parameters: Optional[Dict[str, Any]] = None) -> ModelCall:
         """Begin one call of the model (see :mod:`kserve_sdk.model_call`): refused while draining or at
-        ``--max_concurrent_requests``; ``call`` is the protocol's :class:`~kserve_sdk.lifecycle.Call`."""
+        ``--max_concurrent_requests``; ``call`` is the protocol's :class:`~kserve_sdk.lifecycle.Call`. Its
+        place in the model's queue and its deadline follow the model's scheduling policy and what the client
+        asked for: the v2 ``parameters`` ``priority`` and ``timeout``, else the headers ``x-kserve-priority``
+        and ``x-kserve-timeout-us``."""
         if headers is None:
             headers = call.headers if call is not None else {}
-        return ModelCall(self, model_name, timings_of(call), headers)
+        if model is None:
+            model = self._model_registry.get_model(model_name)
+        ticket, deadline = self.scheduler.admit(model_name, model, parameters, headers)
+        return ModelCall(self, model_name, timings_of(call), headers, ticket, deadline)
 
     @staticmethod
     def _run_model(model: Any, request: Any, headers: Dict[str, str], verb: InferenceVerb,
@@ -382,8 +376,10 @@ class DataPlane:
         streams = callable(getattr(model, "stream", None))
         items = model.stream(request, headers, response_headers, timings) if streams else None
         protocol = call.protocol if call is not None else protocol
+        ticket, deadline = self.scheduler.admit(
+            model_name, model, request.parameters if isinstance(request, InferRequest) else None, headers)
         async for item in self.counted_stream(model_name, items, headers, protocol, timings, model, request,
-                                              deadline=self.deadline(request)):
+                                              deadline=deadline, ticket=ticket):
             yield self._as_v2_response(model_name, request, item) if isinstance(request, InferRequest) else item
 
     async def stream_in(self, model_name: str, requests: AsyncIterator[Any], headers: Dict[str, str],
@@ -399,21 +395,23 @@ class DataPlane:
 
         items = model.stream_in(remembered(), headers)
         protocol = call.protocol if call is not None else protocol
+        ticket, deadline = self.scheduler.admit(model_name, model, None, headers)
         async for item in self.counted_stream(model_name, items, headers, protocol, timings_of(call),
-                                              deadline=self.deadline()):
+                                              deadline=deadline, ticket=ticket):
             yield self._as_v2_response(model_name, seen[0], item) if isinstance(seen[0], InferRequest) else item
 
     def counted_stream(self, model_name: str, items: Optional[AsyncGenerator[Any, None]], headers: Dict[str, str],
                        protocol: str, timings: Timings, model: Any = None, request: Any = None,
                        watch: Optional[Any] = None, deadline: Optional[Deadline] = None,
-                       begun: Optional[ModelCall] = None) -> CountedStream:
+                       begun: Optional[ModelCall] = None, ticket: Optional[Ticket] = None) -> CountedStream:
         """A model's stream of answers as one model call (:class:`~kserve_sdk.model_call.CountedStream`:
         iterate it, or ``pump`` it). ``items`` None: ``model(request)`` answers once. ``watch`` (a protocol's
         own per-chunk metrics) has ``seen(item)`` called for each answer and ``ended()`` once the stream is
         over; ``deadline`` bounds the wait for the first answer; ``begun``: the model call the stream
-        continues (a method that returned the stream)."""
+        continues (a method that returned the stream), holding its slot; ``ticket``: the place in the model's
+        queue a stream not yet begun waits in for its slot."""
         return CountedStream(self, model_name, items, headers, protocol, timings, model, request, watch, deadline,
-                             begun)
+                             begun, ticket)
 
     @staticmethod
     def _as_v2_response(model_name: str, request: InferRequest, response: Any) -> Any:
@@ -492,6 +490,7 @@ class DataPlane:
         ``timeout`` s); new calls to it are refused meanwhile. ModelNotFound if there is none."""
         self.get_model(name)
         self._unloading.add(name)
+        self.scheduler.forget(name, ModelNotReady(name, "it is being unloaded"))
         try:
             deadline = time.monotonic() + timeout
             while self._model_calls.get(name, 0) and time.monotonic() < deadline:

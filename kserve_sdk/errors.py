@@ -85,6 +85,30 @@ class DeadlineExceeded(RuntimeError):
         return self.reason
 
 
+class QueueFull(RuntimeError):
+    """A model's queue holds ``max_queue_size`` waiting calls: one more is refused at once (HTTP 503 with
+    ``Retry-After``, gRPC UNAVAILABLE)."""
+
+    http_status = HTTPStatus.SERVICE_UNAVAILABLE
+    grpc_code = "UNAVAILABLE"
+    retry_after = 1
+
+    def __init__(self, model_name: str, limit: int):
+        self.reason = (f"model '{model_name}' is busy: {limit} calls are waiting in its queue, its max_queue_size; "
+                       "retry later.")
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class QueueTimeout(DeadlineExceeded):
+    """A call's timeout passed while it waited in its model's queue; it never ran (504, DEADLINE_EXCEEDED)."""
+
+    def __init__(self, model_name: str, seconds: float):
+        self.reason = (f"waited {seconds * 1000:g} ms in model '{model_name}''s queue, the call's timeout; "
+                       "it did not run")
+
+
 class ModelError(InferenceError):
     """The model raised an exception of its own (not one of ours): HTTP 500 / gRPC INTERNAL, with KServe's
     ``"<Type> : <message>"`` followed by the model's name."""

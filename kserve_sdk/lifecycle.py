@@ -43,6 +43,7 @@ class Timings(dict):
     # Class-level defaults, set on the instance only when a call adds to them: making a record is then
     # just making a dict (an __init__ of Python's would cost more than the rest of it).
     queue_s = 0.0
+    scheduled_s = 0.0  # seconds the call waited in its model's queue for its turn, before any stage ran
     executions = 0
     # Set by tracing on a sampled call; then the pipeline notes when it starts ("started"), the batcher the
     # batch's size ("batch_size") and a stream its responses ("chunks"), for the call's spans.
@@ -183,11 +184,15 @@ def model_call_finished(model_name: str, timings: Timings, total_ns: int, ok: bo
     statistics.record_success(model_name, timings, total_ns)
     metrics.observe_stages(model_name, timings)
     if latency_line and timings and trace_logger.isEnabledFor(logging.INFO):
-        log_info_fast(
-            trace_logger,
-            "requestId: %s, preprocess_ms: %.3f, explain_ms: %.3f, predict_ms: %.3f, postprocess_ms: %.3f",
-            ((headers or {}).get("x-request-id", "N.A."), timings.get("preprocess_ms", 0.0),
-             timings.get("explain_ms", 0.0), timings.get("predict_ms", 0.0), timings.get("postprocess_ms", 0.0)))
+        line = ((headers or {}).get("x-request-id", "N.A."), timings.get("preprocess_ms", 0.0),
+                timings.get("explain_ms", 0.0), timings.get("predict_ms", 0.0), timings.get("postprocess_ms", 0.0))
+        if timings.scheduled_s:  # KServe's line, with the wait in the model's queue after it
+            log_info_fast(trace_logger, _LATENCY_LINE + ", queue_ms: %.3f", (*line, timings.scheduled_s * 1000))
+        else:
+            log_info_fast(trace_logger, _LATENCY_LINE, line)
+
+
+_LATENCY_LINE = "requestId: %s, preprocess_ms: %.3f, explain_ms: %.3f, predict_ms: %.3f, postprocess_ms: %.3f"
 
 
 def timings_of(call: Optional[Any]) -> Timings:

@@ -54,6 +54,12 @@ class _Metrics:
                                     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, float("inf")))
         self.batch_step = Histogram("kserve_batch_step_seconds", "Duration of one step of a @batch method",
                                     ["model_name", "method"])
+        self.queue_size = Gauge("kserve_queue_size", "Calls waiting in a model's queue, by priority",
+                                ["model_name", "priority"], multiprocess_mode="livesum")
+        self.queue_wait = Histogram("kserve_queue_wait_seconds", "Time a call waited in its model's queue",
+                                    ["model_name"])
+        self.queue_rejected = Counter("kserve_queue_rejections", "Calls that left a model's queue without "
+                                      "running, by reason (queue_full, expired, cancelled)", ["model_name", "reason"])
         self.batch_waiting = Gauge("kserve_batch_rows_waiting", "Calls waiting for the next step of a @batch method",
                                    ["model_name", "method"], multiprocess_mode="livesum")
 
@@ -174,6 +180,24 @@ def batch_rows_waiting(model_name: str, method: str, change: int) -> None:
     """``change`` more (or, negative, fewer) calls wait for the next step of a @batch method."""
     if _m is not None:
         _child(_m.batch_waiting, model_name, method).inc(change)
+
+
+def queue_size(model_name: str, priority: int, change: int) -> None:
+    """``change`` more (or, negative, fewer) calls wait in the model's queue at ``priority``."""
+    if _m is not None:
+        _child(_m.queue_size, model_name, str(priority)).inc(change)
+
+
+def queue_waited(model_name: str, seconds: float) -> None:
+    """A call left the model's queue to run after waiting ``seconds``."""
+    if _m is not None:
+        _child(_m.queue_wait, model_name).observe(seconds)
+
+
+def queue_rejected(model_name: str, reason: str) -> None:
+    """A call left the model's queue without running (``queue_full``, ``expired``, ``cancelled``)."""
+    if _m is not None:
+        _child(_m.queue_rejected, model_name, reason).inc()
 
 
 def llm_tokens(model_name: str, usage: Optional[dict]) -> None:

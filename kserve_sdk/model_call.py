@@ -5,6 +5,8 @@ embedding or rerank, a forecast) runs it inside a :class:`ModelCall`:
 
 - it is refused (503) while the server drains or is at ``--max_concurrent_requests``, else counted in flight
   (the drain and unload wait for it);
+- it waits for its turn in its model's queue when the model's scheduling policy limits its calls at once
+  (:mod:`kserve_sdk.scheduling`);
 - when it ends, it is recorded once: Triton statistics, KServe's stage histograms and the latency line;
 - its exception becomes the model's error (500 naming the model) unless it is one of ours.
 
@@ -34,6 +36,7 @@ from .lifecycle import Timings, model_call_finished
 
 if TYPE_CHECKING:
     from .dataplane import DataPlane
+    from .scheduling import Ticket
 
 T = TypeVar("T")
 
@@ -55,12 +58,26 @@ class Deadline(NamedTuple):
 class ModelCall:
     """One call of a model, in flight from its making until :meth:`succeeded` or :meth:`failed`."""
 
-    __slots__ = ("_dataplane", "model_name", "timings", "headers", "_start")
+    __slots__ = ("_dataplane", "model_name", "timings", "headers", "_start", "ticket", "deadline", "_holding")
 
-    def __init__(self, dataplane: "DataPlane", model_name: str, timings: Timings, headers: Dict[str, str]):
+    def __init__(self, dataplane: "DataPlane", model_name: str, timings: Timings, headers: Dict[str, str],
+                 ticket: Optional["Ticket"] = None, deadline: Optional[Deadline] = None):
         dataplane.begin_request(model_name)  # ServerNotReady / ServerBusy before anything is counted
         self._dataplane, self.model_name, self.timings, self.headers = dataplane, model_name, timings, headers
+        #: The call's place in its model's queue (None: the model never queues), and its run's deadline.
+        self.ticket, self.deadline, self._holding = ticket, deadline, False
         self._start = perf_counter_ns()
+
+    async def admitted(self) -> None:
+        """Wait for the model's slot (the call's turn in its model's queue: QueueFull, QueueTimeout); the
+        wait goes into the call's timings. Nothing to wait for when the model never queues."""
+        ticket = self.ticket
+        if ticket is None or self._holding:
+            return
+        waited = await ticket.queue.enter(ticket.level, ticket.timeout)
+        self._holding = True
+        if waited:
+            self.timings.scheduled_s = waited
 
     def succeeded(self, whole_is_one_execution: bool = False) -> None:
         """The model answered. ``whole_is_one_execution``: it ran once outside the stage pipeline (a stream,
@@ -82,15 +99,20 @@ class ModelCall:
         return model_error(self.model_name, exc) or exc
 
     def _end(self) -> int:
+        if self._holding:
+            self._holding = False
+            self.ticket.queue.leave()  # type: ignore[union-attr]  # holding: it had a ticket
         self._dataplane.end_request(self.model_name)
         return perf_counter_ns() - self._start
 
-    async def run(self, answer: Awaitable[T], deadline: Optional[Deadline],
-                  whole_is_one_execution: bool = False, may_stream: bool = False) -> T:
-        """Await the model's ``answer`` within ``deadline``, then record the call either way. With
-        ``may_stream``, an answer that is a stream (``__aiter__``) leaves the call open: the caller hands it
-        to the :class:`CountedStream` of those answers, which ends it."""
+    async def run(self, answer: Awaitable[T], whole_is_one_execution: bool = False, may_stream: bool = False) -> T:
+        """Wait for the call's turn, await the model's ``answer`` within the call's deadline, then record the
+        call either way. With ``may_stream``, an answer that is a stream (``__aiter__``) leaves the call open
+        (holding its slot): the caller hands it to the :class:`CountedStream` of those answers, which ends it."""
         try:
+            if self.ticket is not None:
+                await self._admitted_for(answer)
+            deadline = self.deadline
             result = await answer if deadline is None else await within(answer, deadline, self.model_name)
         except BaseException as e:
             error = self.failed(e, whole_is_one_execution)
@@ -100,6 +122,15 @@ class ModelCall:
         if not (may_stream and hasattr(result, "__aiter__")):
             self.succeeded(whole_is_one_execution)
         return result
+
+    async def _admitted_for(self, answer: Awaitable[Any]) -> None:
+        try:
+            await self.admitted()
+        except BaseException:
+            close = getattr(answer, "close", None)  # a coroutine that will never run: no "never awaited"
+            if close is not None:
+                close()
+            raise
 
 
 async def within(answer: Awaitable[T], deadline: Deadline, model_name: str) -> T:
@@ -125,15 +156,15 @@ class CountedStream:
     once, in the stream's own loop rather than in a generator around it."""
 
     __slots__ = ("dataplane", "model_name", "items", "headers", "protocol", "timings", "model", "request",
-                 "watch", "deadline", "model_call", "started", "first", "count", "_start_ns")
+                 "watch", "deadline", "ticket", "model_call", "started", "first", "count", "_start_ns")
 
     def __init__(self, dataplane: "DataPlane", model_name: str, items: Optional[AsyncGenerator[Any, None]],
                  headers: Dict[str, str], protocol: str, timings: Timings, model: Any = None, request: Any = None,
                  watch: Optional[Any] = None, deadline: Optional[Deadline] = None,
-                 begun: Optional[ModelCall] = None):
+                 begun: Optional[ModelCall] = None, ticket: Optional["Ticket"] = None):
         self.dataplane, self.model_name, self.items, self.headers = dataplane, model_name, items, headers
         self.protocol, self.timings, self.model, self.request, self.watch = protocol, timings, model, request, watch
-        self.deadline, self.model_call = deadline, begun
+        self.deadline, self.model_call, self.ticket = deadline, begun, ticket
         self.started, self.count, self._start_ns = False, 0, 0
         self.first: Optional[float] = None  # seconds from the stream's start to its first answer
 
@@ -192,10 +223,11 @@ class CountedStream:
     async def _begin(self) -> Callable[[], Awaitable[Any]]:
         """Begin the model call (unless handed one); return what gives the first answer, within the deadline."""
         if self.model_call is None:
-            self.model_call = ModelCall(self.dataplane, self.model_name, self.timings, self.headers)
+            self.model_call = ModelCall(self.dataplane, self.model_name, self.timings, self.headers, self.ticket)
         self.started = True
         self._start_ns = perf_counter_ns()
         try:
+            await self.model_call.admitted()  # a stream holds its model's slot until it ends
             if self.items is None:
                 self.items = _one(await self._answer_once())
         except BaseException as e:

@@ -42,21 +42,23 @@ from .model import BaseKServeModel
 from .model_repository import ModelRepository
 from .openai import api as openai_api
 from .predictor_config import PredictorConfig
+from .scheduling import SchedulingPolicy
+from .scheduling.policy import DEFAULTS as SCHEDULING_FIELDS
 from .server.startup import StartupFailure, bind_failure, check_port_free, warn_near_misses
 from .server.tls import CertificatePair, TLSError
 from .storage import StorageError, resolve_model_dir
 from .storage import is_local as is_local_storage
 from .timeseries import api as timeseries_api
 from .triton import api as triton_api
-from .utils.utils import cpu_count, strtobool
+from .utils.utils import cpu_count, non_negative_int, strtobool
 
 parser = ExactOneDashParser(add_help=False, allow_abbrev=False,
                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
 
 
-def _flag(name: str, **kwargs: Any) -> None:
+def _flag(name: str, dest_name: Optional[str] = None, **kwargs: Any) -> None:
     """Add ``--name`` and the single-dash ``-name`` spelling of KServe's docs."""
-    parser.add_argument(f"--{name}", f"-{name}", dest=name.replace("-", "_"), **kwargs)
+    parser.add_argument(f"--{name}", f"-{name}", dest=dest_name or name.replace("-", "_"), **kwargs)
 
 
 _flag("http_port", default=DEFAULT_HTTP_PORT, type=int, help="The HTTP port listened to by the model server.")
@@ -111,6 +113,22 @@ _flag("max_concurrent_requests", default=None, type=int,
 _flag("request_timeout_seconds", default=None, type=float,
       help="Seconds an inference call may take before it is cancelled and answered 504 / DEADLINE_EXCEEDED "
            "(default: no limit; a request's `timeout` parameter, in microseconds, can only shorten it).")
+# A model's scheduling policy (kserve_sdk.SchedulingPolicy, docs/scheduling.md): these are the defaults of
+# every model's fields that its own `scheduling` leaves out, with Triton's names.
+_flag("model_instance_count", dest_name="instance_count", default=0, type=non_negative_int,
+      help="Calls of one model that run at once in a worker; more wait in the model's queue (0: no limit).")
+_flag("max_queue_size", default=0, type=non_negative_int,
+      help="Calls that may wait in one model's queue; one more is answered 503 / UNAVAILABLE (0: no limit).")
+_flag("priority_levels", default=0, type=non_negative_int,
+      help="Priorities a request may ask for with its `priority` parameter, 1 the highest (0: none).")
+_flag("default_priority_level", default=0, type=non_negative_int,
+      help="The priority of a request that asks for none (0: the lowest level).")
+_flag("default_timeout_microseconds", default=0, type=non_negative_int,
+      help="How long a call may wait in its model's queue (0: no limit).")
+_flag("timeout_action", default="REJECT", type=str.upper, choices=["REJECT", "DELAY"],
+      help="A waiting call whose timeout passes is answered 504 (REJECT) or runs after its level's others (DELAY).")
+_flag("allow_timeout_override", default=True, type=strtobool,
+      help="Whether a request's `timeout` parameter may shorten --default_timeout_microseconds.")
 _flag("allow_client_shm", default=False, type=strtobool,
       help="Let clients register system shared-memory regions (/v2/systemsharedmemory) and pass tensors "
            "through them. Off by default: a client could read and write this host's shared memory.")
@@ -152,6 +170,11 @@ def _apply_batching_flags(model: BaseKServeModel) -> None:
         model.max_batch_size = args.max_batch_size
     if args.max_batch_latency_ms is not None:
         model.max_latency_ms = args.max_batch_latency_ms
+
+
+def scheduling_defaults(flags: argparse.Namespace) -> SchedulingPolicy:
+    """The server's default scheduling policy, from its flags."""
+    return SchedulingPolicy.from_mapping({name: getattr(flags, name) for name in SCHEDULING_FIELDS})
 
 
 if TYPE_CHECKING:  # imported by the property that returns it, when used
@@ -252,7 +275,7 @@ class ModelServer:
             args.predictor_request_timeout_seconds, args.predictor_request_retries,
             args.enable_predictor_health_check))
         self.dataplane = DataPlane(self.registered_models, enable_latency_logging, args.max_concurrent_requests,
-                                   args.request_timeout_seconds, args.allow_client_shm)
+                                   args.request_timeout_seconds, args.allow_client_shm, scheduling_defaults(args))
         self._stopping: Optional[asyncio.Event] = None
         self._servers: List[Any] = []
         self._custom_exception_handler: Optional[ExceptionHandler] = None
@@ -319,11 +342,26 @@ class ModelServer:
                 self._tls = CertificatePair(self.ssl_certfile, self.ssl_keyfile)
             except TLSError as e:
                 raise StartupFailure(str(e)) from None
+        self._check_scheduling()
         if self.enable_grpc:
             if self.grpc_port == self.http_port:
                 raise StartupFailure(f"--grpc_port and --http_port are both {self.http_port}: "
                                      "give them different ports")
             check_port_free("--grpc_port", self.grpc_port)
+
+    def _check_scheduling(self) -> None:
+        """Each served model's scheduling policy, merged over the flags', holds together (a default priority
+        within the levels, known fields, known values)."""
+        scheduler = self.dataplane.scheduler
+        try:
+            SchedulingPolicy().over(scheduler.defaults)
+        except ValueError as e:
+            raise StartupFailure(f"scheduling flags: {e}") from None
+        for name, model in self.registered_models.get_models().items():
+            try:
+                scheduler.policy_of(name, model)
+            except (ValueError, TypeError) as e:
+                raise StartupFailure(f"model '{name}': {e}") from None
 
     def _bind_http(self) -> List[socket.socket]:
         try:

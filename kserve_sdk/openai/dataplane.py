@@ -101,6 +101,12 @@ def resolve_model_name(repository: ModelRepository, name: Optional[str]) -> str:
                        f"{len(served)} OpenAI models")
 
 
+def _priority_of(request: Any) -> Optional[Dict[str, Any]]:
+    """The request body's ``priority`` (vLLM's field of the OpenAI request) as the scheduler reads it."""
+    priority = getattr(request, "priority", None)
+    return None if priority is None else {"priority": priority}
+
+
 async def openai_call(dataplane: DataPlane, endpoint: str, name: str, request: Any, raw_request: Any,
                       context: Dict[str, Any], call: Call) -> Any:
     """Run the model's method of ``endpoint`` as one model call: its answer, or a stream of its chunks (an
@@ -114,13 +120,13 @@ async def openai_call(dataplane: DataPlane, endpoint: str, name: str, request: A
         raise not_an_openai_model(name)
     if not isinstance(model, kind):
         raise InvalidInput(f"Model {name} does not support {api}")
-    deadline = dataplane.deadline()
-    model_call = dataplane.model_call(name, call)
+    model_call = dataplane.model_call(name, call, model=model, parameters=_priority_of(request))
     answer = await model_call.run(getattr(model, method_name)(request, raw_request=raw_request, context=context),
-                                  deadline, whole_is_one_execution=True, may_stream=True)
+                                  whole_is_one_execution=True, may_stream=True)
     if hasattr(answer, "__aiter__"):
         return dataplane.counted_stream(name, answer, call.headers, call.protocol, call.timings,
-                                        watch=_ChunkMeter(name, call.started), deadline=deadline, begun=model_call)
+                                        watch=_ChunkMeter(name, call.started), deadline=model_call.deadline,
+                                        begun=model_call)
     metrics.llm_tokens(name, OpenAIAPI.load().codec.usage_of(answer))
     return answer
 

@@ -34,9 +34,8 @@ async def forecast(dataplane: DataPlane, request: ForecastRequest, headers: Dict
     model = await dataplane.ready_model(name)
     if not is_forecasting_model(model):
         raise NotAForecastingModel(name)
-    deadline = dataplane.deadline()
-    answer = await dataplane.model_call(name, call, headers).run(_forecast_of(model, request, headers), deadline,
-                                                                 whole_is_one_execution=True)
+    answer = await dataplane.model_call(name, call, headers, model).run(_forecast_of(model, request, headers),
+                                                                        whole_is_one_execution=True)
     return _as_forecast_result(name, answer)
 
 

@@ -89,6 +89,8 @@ def record_success(model_name: str, timings: Any, total_ns: int) -> None:
     if queued_ns:
         counters[QUEUE_NS] += queued_ns
         counters[INFER_NS] -= queued_ns
+    if timings.scheduled_s:  # the wait in the model's queue, before any stage: in no stage's time
+        counters[QUEUE_NS] += int(timings.scheduled_s * 1e9)
 
 
 def record_failure(model_name: str, total_ns: int, executions: int = 0) -> None:

@@ -1,4 +1,5 @@
 """KServe's ``kserve.utils.utils`` helpers that custom models use."""
+import argparse
 import os
 
 # Request ids need to be unique, not secret: the global generator (re-seeded in every forked worker).
@@ -19,6 +20,17 @@ def generate_uuid() -> str:
     n = (_getrandbits(128) & ~(0xF000 << 64) | (0x4000 << 64)) & ~(0xC << 60) | (0x8 << 60)
     h = f"{n:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def non_negative_int(text: str) -> int:
+    """A flag's value that must be a whole number, 0 or more (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
 
 
 def strtobool(val: str) -> bool:

@@ -42,7 +42,7 @@ def test_a_call_that_succeeds_is_recorded_once_and_leaves_nothing_in_flight():
     async def run():
         call = ModelCall(dataplane, name, Timings(), {})
         assert dataplane.calls_in_flight() == 1
-        return await call.run(asyncio.sleep(0, "answer"), None)
+        return await call.run(asyncio.sleep(0, "answer"))
 
     assert asyncio.run(run()) == "answer"
     assert dataplane.calls_in_flight() == 0
@@ -51,7 +51,7 @@ def test_a_call_that_succeeds_is_recorded_once_and_leaves_nothing_in_flight():
 
 def test_a_call_run_once_outside_the_pipeline_counts_one_execution_and_its_time_as_predict():
     dataplane, name, timings = _dataplane(), _name(), Timings()
-    asyncio.run(ModelCall(dataplane, name, timings, {}).run(asyncio.sleep(0.01), None, whole_is_one_execution=True))
+    asyncio.run(ModelCall(dataplane, name, timings, {}).run(asyncio.sleep(0.01), whole_is_one_execution=True))
     assert timings.executions == 1 and timings["predict_ms"] >= 10
     assert _stats(name)["executions"] == 1
 
@@ -63,7 +63,7 @@ def test_the_models_own_exception_becomes_the_models_error_and_a_failure():
         raise KeyError("weights")
 
     with pytest.raises(ModelError) as caught:
-        asyncio.run(ModelCall(dataplane, name, Timings(), {}).run(broken(), None))
+        asyncio.run(ModelCall(dataplane, name, Timings(), {}).run(broken()))
     assert name in str(caught.value) and "weights" in str(caught.value)
     assert _stats(name) == {"success": 0, "fail": 1, "executions": 0}
     assert dataplane.calls_in_flight() == 0
@@ -76,7 +76,7 @@ def test_our_own_errors_pass_as_they_are():
         raise InvalidInput("bad tensor")
 
     with pytest.raises(InvalidInput, match="bad tensor"):
-        asyncio.run(ModelCall(dataplane, name, Timings(), {}).run(refuses(), None))
+        asyncio.run(ModelCall(dataplane, name, Timings(), {}).run(refuses()))
     assert _stats(name)["fail"] == 1
 
 
@@ -110,7 +110,7 @@ def test_a_call_past_its_deadline_is_cancelled_and_named():
             raise
 
     async def run():
-        return await ModelCall(dataplane, name, Timings(), {}).run(slow(), Deadline.after(0.05, "the test"))
+        return await ModelCall(dataplane, name, Timings(), {}, deadline=Deadline.after(0.05, "the test")).run(slow())
 
     with pytest.raises(DeadlineExceeded, match=rf"model '{name}' did not answer within 0.05 s \(the test\)"):
         asyncio.run(run())
@@ -123,7 +123,7 @@ def test_a_stream_answer_leaves_the_call_open_for_its_counted_stream():
     async def run():
         timings = Timings()
         call = ModelCall(dataplane, name, timings, {})
-        stream = await call.run(asyncio.sleep(0, _words("a", "b")), None, True, may_stream=True)
+        stream = await call.run(asyncio.sleep(0, _words("a", "b")), True, may_stream=True)
         assert dataplane.calls_in_flight() == 1 and _stats(name)["success"] == 0
         counted = CountedStream(dataplane, name, stream, {}, "rest_v2", timings, begun=call)
         return [word async for word in counted]

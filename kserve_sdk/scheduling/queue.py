@@ -1,0 +1,126 @@
+"""One model's slots and the queue of calls waiting for one.
+
+A call takes a free slot at once, or waits at its priority level; a slot that frees goes to the first call
+of the highest level (arrival order within a level). A waiting call whose timeout passes is rejected
+(``REJECT``) or moved behind its level's other calls (``DELAY``: Triton's "delayed" calls run after the
+ones of their level that have not timed out, before lower levels). A call whose client leaves is dropped
+where it stands. Entries leave a level lazily: a dropped or moved call stays in its deque, marked, and is
+skipped when reached, so nothing is searched for.
+"""
+import asyncio
+from collections import deque
+from time import perf_counter
+from typing import Deque, List, Optional, Tuple
+
+from .. import metrics
+from ..errors import QueueFull, QueueTimeout
+from .policy import SchedulingPolicy
+
+
+class _Waiter:
+    __slots__ = ("future", "level", "position", "done")
+
+    def __init__(self, future: asyncio.Future, level: int):
+        self.future, self.level, self.position, self.done = future, level, 0, False
+
+
+_Entry = Tuple[_Waiter, int]  # a waiter and the position it held when queued (stale once it moved)
+
+
+class ModelQueue:
+    """The slots of one model (``instance_count`` of them, times its batch size when it batches) and the
+    calls waiting for one, under the model's merged :class:`SchedulingPolicy`."""
+
+    def __init__(self, model_name: str, policy: SchedulingPolicy, slots: int):
+        self.model_name, self.policy = model_name, policy
+        self.free = slots if slots > 0 else -1  # -1: no limit on calls at once (a queue for timeouts only)
+        self.slots = slots
+        levels = max(policy.priority_levels or 0, 1)
+        self._levels: List[Deque[_Entry]] = [deque() for _ in range(levels)]
+        self._delayed: List[Deque[_Entry]] = [deque() for _ in range(levels)]
+        self.waiting = 0
+        self._closed: Optional[BaseException] = None
+        self._delay = policy.timeout_action == "DELAY"
+
+    async def enter(self, level: int, timeout: Optional[float]) -> float:
+        """Take a slot, waiting for it at ``level`` (0 is the highest) for up to ``timeout`` seconds (then
+        REJECT or DELAY). Returns the seconds waited; raises QueueFull, QueueTimeout, or what :meth:`close`
+        gave. Cancelled while waiting, the call leaves the queue and takes no slot."""
+        if self._closed is not None:
+            raise self._closed
+        if self.free and not self.waiting:
+            if self.free > 0:
+                self.free -= 1
+            return 0.0
+        limit = self.policy.max_queue_size
+        if limit and self.waiting >= limit:
+            metrics.queue_rejected(self.model_name, "queue_full")
+            raise QueueFull(self.model_name, limit)
+        return await self._wait(level, timeout)
+
+    async def _wait(self, level: int, timeout: Optional[float]) -> float:
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(loop.create_future(), level)
+        self._levels[level].append((waiter, 0))
+        self._counted(level, 1)
+        started = perf_counter()
+        timer = None if timeout is None else loop.call_later(timeout, self._expire, waiter, timeout)
+        try:
+            await waiter.future
+        except asyncio.CancelledError:
+            if waiter.future.done() and not waiter.future.cancelled():
+                self.leave()  # given a slot in the same turn the client left: hand it on
+            elif not waiter.done:
+                self._drop(waiter)
+                metrics.queue_rejected(self.model_name, "cancelled")
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+        waited = perf_counter() - started
+        metrics.queue_waited(self.model_name, waited)
+        return waited
+
+    def leave(self) -> None:
+        """A call that held a slot has ended: the slot goes to the next waiting call, or is free."""
+        for level in range(len(self._levels)):
+            for queue in (self._levels[level], self._delayed[level]):
+                while queue:
+                    waiter, position = queue.popleft()
+                    if waiter.done or position != waiter.position or waiter.future.done():
+                        continue
+                    self._drop(waiter)
+                    waiter.future.set_result(None)
+                    return
+        if self.free >= 0:
+            self.free += 1
+
+    def close(self, error: BaseException) -> None:
+        """The model is gone: every waiting call, and every later one, fails with ``error``."""
+        self._closed = error
+        for queues in (self._levels, self._delayed):
+            for queue in queues:
+                while queue:
+                    waiter, position = queue.popleft()
+                    if not waiter.done and position == waiter.position and not waiter.future.done():
+                        self._drop(waiter)
+                        waiter.future.set_exception(error)
+
+    def _expire(self, waiter: _Waiter, timeout: float) -> None:
+        if waiter.done or waiter.future.done():
+            return
+        if self._delay:
+            waiter.position += 1  # its old entry is stale; it now waits behind its level's other calls
+            self._delayed[waiter.level].append((waiter, waiter.position))
+            return
+        self._drop(waiter)
+        metrics.queue_rejected(self.model_name, "expired")
+        waiter.future.set_exception(QueueTimeout(self.model_name, timeout))
+
+    def _drop(self, waiter: _Waiter) -> None:
+        waiter.done = True
+        self._counted(waiter.level, -1)
+
+    def _counted(self, level: int, change: int) -> None:
+        self.waiting += change
+        metrics.queue_size(self.model_name, level + 1, change)
