@@ -103,23 +103,29 @@ class SchedulingPolicy:
             return asked_us / 1e6
         return default_us / 1e6 or None
 
-    def triton_config(self, max_batch_size: int = 0) -> Dict[str, Any]:
-        """The model configuration fields of this (merged) policy, in Triton's JSON names."""
+    def triton_config(self, model_name: str = "") -> Dict[str, Any]:
+        """The model configuration fields of this (merged) policy, in Triton's JSON names and shape (those
+        of Triton's ``GET /v2/models/{m}/config``: its 64-bit fields as numbers, which proto3 JSON parsing
+        takes too): ``instance_group`` when ``instance_count`` is set (one CPU group named after the model,
+        as Triton names the group it adds), and ``dynamic_batching`` with the priorities and
+        ``default_queue_policy`` when any field differs from :data:`DEFAULTS`. A policy that limits nothing
+        adds nothing: the configuration then reads as it did before there was a scheduler."""
         config: Dict[str, Any] = {}
         if self.instance_count:
-            config["instance_group"] = [{"name": "instance", "kind": "KIND_CPU", "count": self.instance_count}]
+            config["instance_group"] = [{"name": model_name or "instance", "kind": "KIND_CPU",
+                                         "count": int(self.instance_count)}]
         queue_policy = {
-            "timeout_action": self.timeout_action,
-            "default_timeout_microseconds": str(self.default_timeout_microseconds),
+            "timeout_action": self.timeout_action or "REJECT",
+            "default_timeout_microseconds": int(self.default_timeout_microseconds or 0),
             "allow_timeout_override": bool(self.allow_timeout_override),
             "max_queue_size": int(self.max_queue_size or 0),
         }
         batching: Dict[str, Any] = {
-            "priority_levels": str(self.priority_levels),
-            "default_priority_level": str(self.default_priority_level),
+            "priority_levels": int(self.priority_levels or 0),
+            "default_priority_level": int(self.default_priority_level or 0),
             "default_queue_policy": queue_policy,
         }
-        if max_batch_size > 1 or self.limits_anything or self.max_queue_size or self.priority_levels:
+        if any(getattr(self, name) != default for name, default in DEFAULTS.items()):
             config["dynamic_batching"] = batching
         return config
 

@@ -42,40 +42,45 @@ class ModelQueue:
         self._closed: Optional[BaseException] = None
         self._delay = policy.timeout_action == "DELAY"
 
-    async def enter(self, level: int, timeout: Optional[float]) -> float:
+    async def enter(self, level: int, timeout: Optional[float], limit: Optional[float] = None) -> float:
         """Take a slot, waiting for it at ``level`` (0 is the highest) for up to ``timeout`` seconds (then
-        REJECT or DELAY). Returns the seconds waited; raises QueueFull, QueueTimeout, or what :meth:`close`
-        gave. Cancelled while waiting, the call leaves the queue and takes no slot."""
+        REJECT or DELAY) and never beyond ``limit`` seconds (the call's deadline: then rejected, whatever the
+        action). Returns the seconds waited; raises QueueFull, QueueTimeout, or what :meth:`close` gave.
+        Cancelled while waiting, the call leaves the queue and takes no slot."""
         if self._closed is not None:
             raise self._closed
         if self.free and not self.waiting:
             if self.free > 0:
                 self.free -= 1
             return 0.0
-        limit = self.policy.max_queue_size
-        if limit and self.waiting >= limit:
+        most = self.policy.max_queue_size
+        if most and self.waiting >= most:
             metrics.queue_rejected(self.model_name, "queue_full")
-            raise QueueFull(self.model_name, limit)
-        return await self._wait(level, timeout)
+            raise QueueFull(self.model_name, most)
+        return await self._wait(level, timeout, limit)
 
-    async def _wait(self, level: int, timeout: Optional[float]) -> float:
+    async def _wait(self, level: int, timeout: Optional[float], limit: Optional[float]) -> float:
         loop = asyncio.get_running_loop()
         waiter = _Waiter(loop.create_future(), level)
         self._levels[level].append((waiter, 0))
         self._counted(level, 1)
         started = perf_counter()
-        timer = None if timeout is None else loop.call_later(timeout, self._expire, waiter, timeout)
+        timers = []
+        if timeout is not None and (limit is None or self._delay or timeout <= limit):
+            timers.append(loop.call_later(timeout, self._expire, waiter, timeout))
+        if limit is not None and (timeout is None or self._delay or limit < timeout):
+            timers.append(loop.call_later(max(limit, 0.0), self._reject, waiter, limit))
         try:
             await waiter.future
         except asyncio.CancelledError:
-            if waiter.future.done() and not waiter.future.cancelled():
+            if waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None:
                 self.leave()  # given a slot in the same turn the client left: hand it on
             elif not waiter.done:
                 self._drop(waiter)
                 metrics.queue_rejected(self.model_name, "cancelled")
             raise
         finally:
-            if timer is not None:
+            for timer in timers:
                 timer.cancel()
         waited = perf_counter() - started
         metrics.queue_waited(self.model_name, waited)
@@ -112,6 +117,11 @@ class ModelQueue:
         if self._delay:
             waiter.position += 1  # its old entry is stale; it now waits behind its level's other calls
             self._delayed[waiter.level].append((waiter, waiter.position))
+            return
+        self._reject(waiter, timeout)
+
+    def _reject(self, waiter: _Waiter, timeout: float) -> None:
+        if waiter.done or waiter.future.done():
             return
         self._drop(waiter)
         metrics.queue_rejected(self.model_name, "expired")

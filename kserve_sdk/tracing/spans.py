@@ -2,8 +2,9 @@
 
 Imported only while tracing is on. The server span starts when the call opens (its parent is the
 client's ``traceparent`` / ``tracestate``, from HTTP headers or gRPC metadata) and ends when the call
-closes. The stage spans (preprocess, predict or explain, postprocess) are made at the close from the
-call's timings record, so the stages pay nothing for them; the model and a forwarded request see the
+closes. The stage spans (preprocess, predict or explain, postprocess), and the ``queue`` span of a call that
+waited for its turn in its model's queue (docs/scheduling.md), are made at the close from the call's timings
+record, so the stages and the scheduler pay nothing for them; the model and a forwarded request see the
 server span as their parent through the ``traceparent`` put into the call's headers.
 
 A step of a ``@kserve_sdk.batch`` method serves many calls at once: its span (``batch <method>``) starts a
@@ -85,8 +86,24 @@ def end_call(call: Any, status: str) -> None:
         span.set_attribute("kserve.stream.chunks", chunks)
     if status[:1] == "5" or status in _GRPC_SERVER_ERRORS:
         span.set_status(StatusCode.ERROR, f"answered {status}")
+    if timings.scheduled_s:
+        _queue_span(span, call.started, timings)
     _stage_spans(span, timings)
     span.end()
+
+
+def _queue_span(parent: Any, call_started: float, timings: Any) -> None:
+    """The call's wait in its model's queue (``kserve.scheduler.wait_ms``, on the call's span too): it ended
+    as the pipeline began; a call run outside the pipeline, which notes no start, has it placed from the
+    call's own start."""
+    wait_s = timings.scheduled_s
+    attributes = {"kserve.scheduler.wait_ms": wait_s * 1000}
+    parent.set_attribute("kserve.scheduler.wait_ms", wait_s * 1000)
+    began = timings.__dict__.get("started")
+    start = call_started if began is None else max(began - wait_s, call_started)
+    queue = _tracer.start_span("queue", set_span_in_context(parent), SpanKind.INTERNAL, attributes,
+                               start_time=_epoch_ns(start))
+    queue.end(end_time=_epoch_ns(start + wait_s))
 
 
 def _stage_spans(parent: Any, timings: Dict[str, float]) -> None:

@@ -1,6 +1,9 @@
 """Triton's model configuration extension: a served model described in the shape of Triton's
-``ModelConfig`` (model_config.proto), as JSON field names; gRPC parses the same dict into the message."""
-from typing import Any, Dict, List, Optional
+``ModelConfig`` (model_config.proto), as JSON field names; gRPC parses the same dict into the message.
+
+The model's scheduling policy comes in already rendered (``SchedulingPolicy.triton_config``, passed by the
+data plane), so this module knows Triton's shapes and nothing of the scheduler."""
+from typing import Any, Dict, List, Mapping, Optional
 
 from ..errors import InferenceError
 
@@ -17,11 +20,12 @@ TRITON_TYPES = {
 
 
 def triton_config(name: str, inputs: List[Any], outputs: List[Any], max_batch_size: Optional[int],
-                  max_latency_ms: float) -> Dict[str, Any]:
+                  max_latency_ms: float, scheduling: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """The configuration of model ``name``: its tensors (``get_input_types()`` / ``get_output_types()``)
     and, when it batches (``max_batch_size`` above 1), ``max_batch_size`` and ``dynamic_batching`` with
     the batch's wait. A batching model's dims leave out the first dimension, the one batches grow along,
-    as Triton's do."""
+    as Triton's do. ``scheduling``: the fields of the model's scheduling policy (``instance_group``,
+    ``dynamic_batching``'s priorities and queue policy), merged in beside the batching ones."""
     batch = int(max_batch_size) if max_batch_size and max_batch_size > 1 else 0
     config: Dict[str, Any] = {
         "name": name, "platform": PLATFORM, "backend": PLATFORM, "max_batch_size": batch,
@@ -30,6 +34,11 @@ def triton_config(name: str, inputs: List[Any], outputs: List[Any], max_batch_si
     }
     if batch:
         config["dynamic_batching"] = {"max_queue_delay_microseconds": int(max_latency_ms * 1000)}
+    for field, value in (scheduling or {}).items():
+        if field == "dynamic_batching":
+            config["dynamic_batching"] = {**config.get("dynamic_batching", {}), **value}
+        else:
+            config[field] = value
     return config
 
 
