@@ -11,7 +11,7 @@ from .model_repository import ModelRepository
 from .model_server import ModelServer
 from .predictor_config import PredictorConfig
 from .protocol.infer_type import InferInput, InferOutput, InferRequest, InferResponse, RequestedOutput
-from .scheduling import SchedulingPolicy
+from .scheduling import SchedulingPolicy, Warmup, WarmupInput
 from .storage import Storage
 from .timeseries.model import TimeSeriesModel
 from .utils import utils
@@ -20,6 +20,6 @@ __all__ = [
     "BaseKServeModel", "InferenceModel", "InferenceVerb", "Model", "ModelServer", "ModelRepository",
     "PredictorConfig", "InferRequest", "InferResponse", "InferInput", "InferOutput", "RequestedOutput",
     "InferenceRESTClient", "InferenceGRPCClient", "RESTConfig", "Storage", "constants", "errors", "logging", "utils",
-    "model_server", "TimeSeriesModel", "batch", "SchedulingPolicy",
+    "model_server", "TimeSeriesModel", "batch", "SchedulingPolicy", "Warmup", "WarmupInput",
 ]
 

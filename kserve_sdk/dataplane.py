@@ -21,6 +21,7 @@ from .model_repository import ModelRepository
 from .protocol.infer_type import InferRequest, InferResponse
 from .protocol.tensor import DataDoesNotFit, Tensor, in_shared_memory
 from .scheduling import Scheduler, SchedulingPolicy, Ticket
+from .scheduling.warmup import warm_up
 from .tracing.settings import validated as validated_trace_settings
 from .triton import log_settings, statistics
 from .triton.model_config import triton_config
@@ -219,7 +220,8 @@ class DataPlane:
         """The named model if it can serve: ModelNotFound / ModelNotReady otherwise."""
         model = self.get_model(name)
         if name in self._unloading or not await self._model_registry.is_model_ready(name):
-            raise ModelNotReady(name, "It is being unloaded." if name in self._unloading else None)
+            raise ModelNotReady(name, "It is being unloaded." if name in self._unloading
+                                else self._model_registry.warmups.get(name))
         return model
 
     async def model_metadata(self, name: str, version: Optional[str] = None) -> Dict[str, Any]:
@@ -236,9 +238,10 @@ class DataPlane:
     async def model_config(self, name: str, version: Optional[str] = None) -> Dict[str, Any]:
         """Triton's model configuration of the named model (see :mod:`kserve_sdk.triton.model_config`)."""
         model = self.get_model(name)
+        scheduling = self.scheduler.policy_of(name, model).triton_config(name)  # the merged policy's fields
         return triton_config(name, await _maybe_await(model.get_input_types()),
                              await _maybe_await(model.get_output_types()), getattr(model, "max_batch_size", None),
-                             getattr(model, "max_latency_ms", 0.0))
+                             getattr(model, "max_latency_ms", 0.0), scheduling)
 
     # --- Triton's logging extension -----------------------------------------------------------------
     @staticmethod
@@ -468,7 +471,8 @@ class DataPlane:
             await self.share_change("unload", name, {})
 
     async def load_here(self, name: str) -> None:
-        """Load a model in this process only."""
+        """Load a model in this process only, then run its warm-up requests (it is ready once they pass; a
+        failing one fails the load, and the model stays registered, not ready, with the failure as reason)."""
         registry = self._model_registry
         registry.states[name] = ("LOADING", "")
         try:
@@ -484,6 +488,10 @@ class DataPlane:
             registry.states.pop(name, None)
             raise ModelNotFound(name)
         registry.states.pop(name, None)
+        model = registry.get_model(name)
+        failure = await warm_up(self, name, model) if model is not None else None
+        if failure is not None:
+            raise InferenceError(f"failed to load model '{name}': {failure}")
 
     async def unload_here(self, name: str, timeout: float = 60.0) -> None:
         """Stop and remove a model in this process once its calls in flight have finished (up to

@@ -44,6 +44,7 @@ from .openai import api as openai_api
 from .predictor_config import PredictorConfig
 from .scheduling import SchedulingPolicy
 from .scheduling.policy import DEFAULTS as SCHEDULING_FIELDS
+from .scheduling.warmup import start_warmups
 from .server.startup import StartupFailure, bind_failure, check_port_free, warn_near_misses
 from .server.tls import CertificatePair, TLSError
 from .storage import StorageError, resolve_model_dir
@@ -299,7 +300,7 @@ class ModelServer:
             self._register_ready(models)
             warn_near_misses(_unknown_args, parser)
             self._check_startup()
-        except (NoModelReady, StartupFailure) as e:
+        except (NoModelReady, StartupFailure, ValueError) as e:  # ValueError: a model's bad warm-up list
             logger.error("%s", e)
             sys.exit(1)
         metrics.setup()
@@ -413,6 +414,7 @@ class ModelServer:
         logger.info("Serving HTTP on port %d%s (event loop: %s)", self.http_port,
                     f" and gRPC on port {self.grpc_port}" if self.enable_grpc else "",
                     type(loop).__module__.split(".")[0])
+        start_warmups(self.dataplane)  # in the background: the server answers meanwhile, the models not ready
         await self._stopping.wait()
         await self._shutdown()
 

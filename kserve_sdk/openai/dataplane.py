@@ -102,9 +102,10 @@ def resolve_model_name(repository: ModelRepository, name: Optional[str]) -> str:
 
 
 def _priority_of(request: Any) -> Optional[Dict[str, Any]]:
-    """The request body's ``priority`` (vLLM's field of the OpenAI request) as the scheduler reads it."""
+    """The request body's ``priority`` (vLLM's field of the OpenAI request) as the scheduler reads it; its
+    default 0 leaves the ``x-kserve-priority`` header to decide."""
     priority = getattr(request, "priority", None)
-    return None if priority is None else {"priority": priority}
+    return {"priority": priority} if priority else None
 
 
 async def openai_call(dataplane: DataPlane, endpoint: str, name: str, request: Any, raw_request: Any,
