@@ -489,16 +489,29 @@ class DataPlane:
             raise ModelNotFound(name)
         registry.states.pop(name, None)
         model = registry.get_model(name)
+        if model is not None:
+            self._check_policy(name, model)
         failure = await warm_up(self, name, model) if model is not None else None
         if failure is not None:
             raise InferenceError(f"failed to load model '{name}': {failure}")
+
+    def _check_policy(self, name: str, model: Any) -> None:
+        """A loaded model's scheduling policy must hold together: else the model is unloaded again, UNAVAILABLE
+        in the index with the fault as reason, and the load fails naming it."""
+        try:
+            self.scheduler.policy_of(name, model)
+        except (ValueError, TypeError) as e:
+            reason = f"its scheduling policy is wrong: {e}"
+            self._model_registry.unload(name)
+            self._model_registry.states[name] = ("UNAVAILABLE", reason)
+            raise InvalidInput(f"failed to load model '{name}': {reason}") from None
 
     async def unload_here(self, name: str, timeout: float = 60.0) -> None:
         """Stop and remove a model in this process once its calls in flight have finished (up to
         ``timeout`` s); new calls to it are refused meanwhile. ModelNotFound if there is none."""
         self.get_model(name)
         self._unloading.add(name)
-        self.scheduler.forget(name, ModelNotReady(name, "it is being unloaded"))
+        self.scheduler.forget(name, ModelNotReady(name, "It is being unloaded."))
         try:
             deadline = time.monotonic() + timeout
             while self._model_calls.get(name, 0) and time.monotonic() < deadline:

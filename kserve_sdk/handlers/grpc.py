@@ -322,6 +322,10 @@ class _TolerantRegistration:
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, tolerant),))
 
 
+#: Calls gRPC core holds for the server before the event loop takes them (its own default cancels beyond 3,000).
+PENDING_CALLS = 1 << 16
+
+
 async def start_grpc_server(dataplane: DataPlane, port: int, max_threads: int, max_send: int,
                             max_receive: int, reuse_port: bool = False,
                             credentials: grpc.ServerCredentials | None = None) -> grpc.aio.Server:
@@ -330,7 +334,11 @@ async def start_grpc_server(dataplane: DataPlane, port: int, max_threads: int, m
     server = grpc.aio.server(
         migration_thread_pool=ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="grpc"),
         options=[("grpc.max_send_message_length", max_send), ("grpc.max_receive_message_length", max_receive),
-                 ("grpc.so_reuseport", int(reuse_port))],
+                 ("grpc.so_reuseport", int(reuse_port)),
+                 # gRPC core cancels the calls of a burst beyond 3,000 not yet taken by the loop; a model's
+                 # queue (max_queue_size) is where waiting calls are bounded, so let a burst reach it
+                 ("grpc.server.max_pending_requests", PENDING_CALLS),
+                 ("grpc.server.max_pending_requests_hard_limit", PENDING_CALLS)],
     )
     add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane), _TolerantRegistration(server))
     tracing.untraced.update(UNTRACED)
