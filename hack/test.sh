@@ -10,8 +10,10 @@ if [ "${1:-}" = "--fast" ]; then  # the fast tier needs none of the system packa
   exec .venv/bin/python -m pytest -q -p no:xdist tests/fast "$@"
 fi
 # System packages some tests need, from Debian, where we can install them (root with apt):
-# chromium renders /docs; nodejs + npm run Azurite, the Azure Blob emulator of the storage tests.
+# chromium renders /docs; nodejs + npm run Azurite, the Azure Blob emulator of the storage tests;
+# redis-server is the store the durable-jobs tests run against beside SQLite.
 missing=""
+command -v redis-server >/dev/null || missing="$missing redis-server"
 command -v chromium >/dev/null || missing="$missing chromium"
 command -v node >/dev/null || missing="$missing nodejs"
 command -v npm >/dev/null || missing="$missing npm"

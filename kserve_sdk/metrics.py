@@ -182,10 +182,11 @@ def batch_rows_waiting(model_name: str, method: str, change: int) -> None:
         _child(_m.batch_waiting, model_name, method).inc(change)
 
 
-def queue_size(model_name: str, priority: int, change: int) -> None:
-    """``change`` more (or, negative, fewer) calls wait in the model's queue at ``priority``."""
+def queue_size(model_name: str, priority: str, change: int) -> None:
+    """``change`` more (or, negative, fewer) calls wait in the model's queue at ``priority`` ("1", "2", ...,
+    or "background")."""
     if _m is not None:
-        _child(_m.queue_size, model_name, str(priority)).inc(change)
+        _child(_m.queue_size, model_name, priority).inc(change)
 
 
 def queue_waited(model_name: str, seconds: float) -> None:

@@ -36,8 +36,10 @@ class ModelQueue:
         self.free = slots if slots > 0 else -1  # -1: no limit on calls at once (a queue for timeouts only)
         self.slots = slots
         levels = max(policy.priority_levels or 0, 1)
-        self._levels: List[Deque[_Entry]] = [deque() for _ in range(levels)]
-        self._delayed: List[Deque[_Entry]] = [deque() for _ in range(levels)]
+        #: The level below every priority: background work (durable jobs) runs only when no call waits.
+        self.background = levels
+        self._levels: List[Deque[_Entry]] = [deque() for _ in range(levels + 1)]
+        self._delayed: List[Deque[_Entry]] = [deque() for _ in range(levels + 1)]
         self.waiting = 0
         self._closed: Optional[BaseException] = None
         self._delay = policy.timeout_action == "DELAY"
@@ -133,4 +135,4 @@ class ModelQueue:
 
     def _counted(self, level: int, change: int) -> None:
         self.waiting += change
-        metrics.queue_size(self.model_name, level + 1, change)
+        metrics.queue_size(self.model_name, "background" if level == self.background else str(level + 1), change)

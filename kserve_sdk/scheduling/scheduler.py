@@ -4,11 +4,16 @@ The data plane asks :meth:`Scheduler.admit` for every model call. A model whose 
 ``instance_count`` has no queue and pays for nothing but this lookup; the others get a :class:`Ticket`
 that the model call redeems for a slot (:mod:`kserve_sdk.scheduling.queue`) before it runs.
 """
+from contextvars import ContextVar
 from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
 from ..model_call import Deadline
 from .policy import SchedulingPolicy, request_asks
 from .queue import ModelQueue
+
+#: Set while background work (a durable job) calls a model: its calls wait below every priority, so they run
+#: only when no other call of the model waits.
+in_background: ContextVar[bool] = ContextVar("in_background", default=False)
 
 
 class Ticket(NamedTuple):
@@ -51,7 +56,8 @@ class Scheduler:
             if priority is not None:
                 policy.priority_of(priority)  # checked, though the model never queues
         else:
-            ticket = Ticket(plan.queue, policy.priority_of(priority), policy.queue_timeout(timeout_us))
+            level = plan.queue.background if in_background.get() else policy.priority_of(priority)
+            ticket = Ticket(plan.queue, level, policy.queue_timeout(timeout_us))
         run_limit, source = self.request_timeout_seconds, "--request_timeout_seconds"
         if run_limit is None and not timeout_us:
             return ticket, None
