@@ -96,6 +96,36 @@ def test_waiting_calls_run_highest_priority_first_then_in_arrival_order():
     assert _run(scenario) == ["running", "high", "mid1", "mid2", "low1", "low2"]
 
 
+def test_background_work_waits_below_every_priority_and_runs_only_when_no_call_waits():
+    async def scenario():
+        queue = _queue(priority_levels=2)
+        calls = Calls(queue)
+        calls.start("running", level=1)
+        await _settle()
+        for name, level in [("job1", queue.background), ("low", 1), ("job2", queue.background), ("high", 0)]:
+            calls.start(name, level)
+            await _settle()
+        return await calls.finish_all()
+
+    assert _run(scenario) == ["running", "high", "low", "job1", "job2"]
+
+
+def test_a_call_of_background_work_asks_for_the_background_level_whatever_its_priority():
+    from kserve_sdk.scheduling.scheduler import in_background
+
+    class Model:
+        scheduling = SchedulingPolicy(instance_count=1, priority_levels=2)
+
+    scheduler, model = Scheduler(), Model()
+    foreground, _ = scheduler.admit("m", model, {"priority": 1}, {})
+    token = in_background.set(True)
+    try:
+        background, _ = scheduler.admit("m", model, {"priority": 1}, {})
+    finally:
+        in_background.reset(token)
+    assert (foreground.level, background.level) == (0, background.queue.background) and background.level == 2
+
+
 def test_a_call_arriving_as_a_slot_is_handed_on_queues_behind_the_calls_already_waiting():
     async def scenario():
         queue = _queue()
