@@ -31,13 +31,17 @@ class LoopExecutor:
         self._wake_pending = False
 
     def run(self, fn: Callable, *args: Any) -> asyncio.Future:
-        """Run ``fn(*args)`` on a pool thread; the returned future resolves on the loop."""
+        """Run ``fn(*args)`` on a pool thread; the returned future resolves on the loop. A call that watches
+        its threads (:data:`watched`) counts this one until it has ended, even when the future is cancelled."""
         future = self._loop.create_future()
         with self._idle_lock:
             spawn = self._idle == 0 and len(self._threads) < self._max_workers
             if not spawn:
                 self._idle -= 1  # this job will wake an idle thread
-        self._jobs.put((future, fn, args))
+        watch = watched.get()
+        if watch is not None:
+            watch.running += 1
+        self._jobs.put((future, fn, args, watch))
         if spawn:
             self._start_thread()
         return future
@@ -50,13 +54,18 @@ class LoopExecutor:
     def _work(self) -> None:
         # A new thread takes the job that started it; afterwards it counts as idle between jobs.
         while True:
-            future, fn, args = self._jobs.get()
-            if not future.cancelled():
+            future, fn, args, watch = self._jobs.get()
+            deliver = not future.cancelled()
+            if deliver:
                 try:
                     result, ok = fn(*args), True
                 except BaseException as e:  # handed to the awaiting coroutine
                     result, ok = e, False
-                self._done.append((future, ok, result))
+                self._done.append((future, ok, result, watch))
+            elif watch is not None:  # never ran: its watch still hears that it has ended
+                self._done.append((future, False, None, watch))
+                deliver = True
+            if deliver:
                 # Append before looking at the flag; _deliver clears it before draining. Either this
                 # result is drained by a wake-up already scheduled, or this thread schedules one.
                 if not self._wake_pending:
@@ -72,7 +81,9 @@ class LoopExecutor:
         self._wake_pending = False
         done = self._done
         while done:
-            future, ok, result = done.popleft()
+            future, ok, result, watch = done.popleft()
+            if watch is not None:
+                watch.ended()
             if future.cancelled():
                 continue
             if ok:
@@ -101,6 +112,26 @@ def configure(max_workers: int, inline_below_ms: Optional[float] = None) -> None
 # the system switched away from (the machine was busy) is judged by the CPU time its thread used.
 INLINE_AFTER = 16
 _inline_below_s = 0.001
+class ThreadWatch:
+    """The model threads still running one call's stages: a call cut short (its deadline, its client gone)
+    keeps its model's slot until they have ended, so no more stages run at once than the model allows."""
+
+    __slots__ = ("running", "on_idle")
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.on_idle: Optional[Callable[[], None]] = None
+
+    def ended(self) -> None:
+        self.running -= 1
+        if not self.running and self.on_idle is not None:
+            on_idle, self.on_idle = self.on_idle, None
+            on_idle()
+
+
+#: Set while a call that holds a model's slot runs its stages (kserve_sdk/model_call.py).
+watched: "contextvars.ContextVar[Optional[ThreadWatch]]" = contextvars.ContextVar("kserve_sdk_watched", default=None)
+
 #: Set while a call has a deadline: a stage running on the loop could not be cancelled at the deadline.
 no_inline: "contextvars.ContextVar[bool]" = contextvars.ContextVar("kserve_sdk_no_inline", default=False)
 

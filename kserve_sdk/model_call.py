@@ -58,7 +58,8 @@ class Deadline(NamedTuple):
 class ModelCall:
     """One call of a model, in flight from its making until :meth:`succeeded` or :meth:`failed`."""
 
-    __slots__ = ("_dataplane", "model_name", "timings", "headers", "_start", "ticket", "deadline", "_holding")
+    __slots__ = ("_dataplane", "model_name", "timings", "headers", "_start", "ticket", "deadline", "_holding",
+                 "_threads")
 
     def __init__(self, dataplane: "DataPlane", model_name: str, timings: Timings, headers: Dict[str, str],
                  ticket: Optional["Ticket"] = None, deadline: Optional[Deadline] = None):
@@ -66,6 +67,7 @@ class ModelCall:
         self._dataplane, self.model_name, self.timings, self.headers = dataplane, model_name, timings, headers
         #: The call's place in its model's queue (None: the model never queues), and its run's deadline.
         self.ticket, self.deadline, self._holding = ticket, deadline, False
+        self._threads: Optional[executor.ThreadWatch] = None  # a slot holder's stages on model threads
         self._start = perf_counter_ns()
 
     async def admitted(self) -> None:
@@ -103,7 +105,12 @@ class ModelCall:
     def _end(self) -> int:
         if self._holding:
             self._holding = False
-            self.ticket.queue.leave()  # type: ignore[union-attr]  # holding: it had a ticket
+            leave = self.ticket.queue.leave  # type: ignore[union-attr]  # holding: it had a ticket
+            threads = self._threads
+            if threads is not None and threads.running:  # cut short: the slot is free once its stages end
+                threads.on_idle = leave
+            else:
+                leave()
         self._dataplane.end_request(self.model_name)
         return perf_counter_ns() - self._start
 
@@ -111,18 +118,27 @@ class ModelCall:
         """Wait for the call's turn, await the model's ``answer`` within the call's deadline, then record the
         call either way. With ``may_stream``, an answer that is a stream (``__aiter__``) leaves the call open
         (holding its slot): the caller hands it to the :class:`CountedStream` of those answers, which ends it."""
+        watching = None
         try:
             if self.ticket is not None:
                 await self._admitted_for(answer)
+                self._threads = executor.ThreadWatch()
+                watching = executor.watched.set(self._threads)
             deadline = self.deadline
             result = await answer if deadline is None else await within(answer, deadline, self.model_name)
         except BaseException as e:
+            if watching is not None:
+                executor.watched.reset(watching)
             error = self.failed(e, whole_is_one_execution)
             if error is e:
                 raise
             raise error from e
+        if watching is not None:
+            executor.watched.reset(watching)
         if not (may_stream and hasattr(result, "__aiter__")):
             self.succeeded(whole_is_one_execution)
+            if watching is not None and self.ticket.queue.free == 0:  # type: ignore[union-attr]
+                await asyncio.sleep(0)  # the slot went to a waiting call: let it start before this one answers
         return result
 
     async def _admitted_for(self, answer: Awaitable[Any]) -> None:

@@ -15,6 +15,8 @@ its end, also on errors and Ctrl-C; targets alternate within every cell):
   memory   memory_bench.py: RSS with 1/1,000/10,000 models, 5,000 idle connections, 100,000 requests
   cost     call_cost.py --server [--rest]: instructions per small gRPC / REST v2 request   bare, ours
   cb       cb_bench.py: tokens/s and time to first token at 1/8/32/64 streams   cb, unbatched, litserve
+  sched    sched_bench.py: a 10 ms model, instance_count=1, offered 2x its capacity, priorities on/off   kserve_sdk
+           (SCHED_BENCH_SECONDS per phase, default 20; 3 with --quick)
 The http group also runs LitServe and BentoML (litserve, bentoml) on their own /predict route in the
 v1 cells, and the stream group LitServe's stream=True in the sse-stream cells.
 bench_report.py turns the results into bench.md. See README.md.
@@ -42,11 +44,12 @@ import grpc_bench
 import http_bench
 import memory_bench
 import peers
+import sched_bench
 import shm_bench
 import stream_bench
 from benchlib import ALL_TARGETS, HERE, REPO
 
-GROUPS = ["http", "grpc", "stream", "batch", "workers", "startup", "shm", "memory", "cost", "cb"]
+GROUPS = ["http", "grpc", "stream", "batch", "workers", "startup", "shm", "memory", "cost", "cb", "sched"]
 REFS = {"http": ["bare", "kserve", "mlserver", "litserve", "bentoml"], "grpc": ["bare", "kserve", "mlserver"],
         "stream": ["bare", "mlserver", "litserve"], "batch": ["batch-off"], "workers": ["ours-w1"], "shm": [],
         "cb": ["unbatched", "litserve"]}
@@ -239,6 +242,15 @@ def group_cb(opts, targets):
     return out
 
 
+def group_sched(opts, targets):
+    """sched_bench: issue 31's scheduler under twice its model's capacity, with and without priorities."""
+    args = sched_bench.parser().parse_args([])
+    if opts.quick:
+        args.seconds = min(args.seconds, 3)
+    args.ready_timeout, args.python, args.keep_workdir = opts.ready_timeout, opts.python, opts.keep_workdir
+    return sched_bench.run(args)
+
+
 # --------------------------------------------------------------------------- startup
 
 def start_once(name, opts, workdir):
@@ -333,18 +345,18 @@ def write_results(opts, results):
     with open(paths[0], "w") as f:
         json.dump(results, f, indent=1, default=str)
     with open(paths[1], "w") as f:
-        f.write(bench_report.markdown(results))
+        f.write(bench_report.markdown(results) + "\n" + sched_bench.markdown(results["groups"].get("sched")))
     return paths
 
 
 GROUP_RUNNERS = {"http": group_http, "grpc": group_grpc, "stream": group_stream, "batch": group_batch,
                  "workers": group_workers, "startup": group_startup, "shm": group_shm,
-                 "memory": group_memory, "cost": group_cost, "cb": group_cb}
+                 "memory": group_memory, "cost": group_cost, "cb": group_cb, "sched": group_sched}
 
 
 def needs_ours(group):
     """Groups that measure kserve_sdk alone."""
-    return group in ("batch", "workers", "shm", "memory", "cost", "cb")
+    return group in ("batch", "workers", "shm", "memory", "cost", "cb", "sched")
 
 
 def run_groups(opts, results):
@@ -378,10 +390,11 @@ def main():
         print(f"\ninterrupted ({e}); servers stopped; writing what was measured", file=sys.stderr)
         results["interrupted"] = str(e)
         code = 130
-    results["acceptance"] = bench_report.acceptance(results)
+    results["acceptance"] = bench_report.acceptance(results) + sched_bench.checks(results["groups"].get("sched"))
     paths = write_results(opts, results)
     print(f"\nwrote {paths[0]} and {paths[1]}\n")
     print(bench_report.summary_markdown(results))
+    print(sched_bench.markdown(results["groups"].get("sched")))
     sys.exit(code)
 
 

@@ -16,12 +16,18 @@ from .. import metrics
 from ..errors import QueueFull, QueueTimeout
 from .policy import SchedulingPolicy
 
+#: A waiting call whose rejection is nearer than this (seconds) is rejected rather than given a slot: it would
+#: reach its model after its deadline (the hand-over to the model takes about this long).
+START_GUARD_S = 0.002
+
 
 class _Waiter:
-    __slots__ = ("future", "level", "position", "done")
+    __slots__ = ("future", "level", "position", "done", "rejected_at", "timeout")
 
     def __init__(self, future: asyncio.Future, level: int):
         self.future, self.level, self.position, self.done = future, level, 0, False
+        self.rejected_at: Optional[float] = None  # when (loop time) it is rejected if still waiting
+        self.timeout = 0.0  # the timeout that rejects it, for the message
 
 
 _Entry = Tuple[_Waiter, int]  # a waiter and the position it held when queued (stale once it moved)
@@ -70,8 +76,11 @@ class ModelQueue:
         timers = []
         if timeout is not None and (limit is None or self._delay or timeout <= limit):
             timers.append(loop.call_later(timeout, self._expire, waiter, timeout))
+            if not self._delay:
+                waiter.rejected_at, waiter.timeout = loop.time() + timeout, timeout
         if limit is not None and (timeout is None or self._delay or limit < timeout):
             timers.append(loop.call_later(max(limit, 0.0), self._reject, waiter, limit))
+            waiter.rejected_at, waiter.timeout = loop.time() + max(limit, 0.0), limit
         try:
             await waiter.future
         except asyncio.CancelledError:
@@ -89,13 +98,20 @@ class ModelQueue:
         return waited
 
     def leave(self) -> None:
-        """A call that held a slot has ended: the slot goes to the next waiting call, or is free."""
+        """A call that held a slot has ended: the slot goes to the next waiting call, or is free. A call too
+        near its rejection to reach its model in time is rejected instead (:data:`START_GUARD_S`)."""
+        guard = None
         for level in range(len(self._levels)):
             for queue in (self._levels[level], self._delayed[level]):
                 while queue:
                     waiter, position = queue.popleft()
                     if waiter.done or position != waiter.position or waiter.future.done():
                         continue
+                    if waiter.rejected_at is not None:
+                        guard = guard or asyncio.get_running_loop().time() + START_GUARD_S
+                        if waiter.rejected_at < guard:
+                            self._reject(waiter, waiter.timeout)
+                            continue
                     self._drop(waiter)
                     waiter.future.set_result(None)
                     return

@@ -1,6 +1,7 @@
 """The one model-call path in process (kserve_sdk/model_call.py): what a ModelCall and a CountedStream record,
 refuse and raise, and the deadline of DataPlane.deadline."""
 import asyncio
+import time
 import uuid
 
 import pytest
@@ -256,3 +257,37 @@ def test_the_deadline_is_the_shorter_of_the_flag_and_the_requests_timeout(flag, 
 def test_a_timeout_parameter_that_is_not_a_whole_number_of_microseconds_is_refused(timeout):
     with pytest.raises(InvalidInput, match="the 'timeout' parameter must be a non-negative integer"):
         _dataplane().deadline(_v2({"timeout": timeout}))
+
+
+def test_a_scheduled_call_cut_short_keeps_its_slot_until_its_model_thread_has_ended():
+    from kserve_sdk import executor
+    from kserve_sdk.scheduling import SchedulingPolicy, Ticket
+    from kserve_sdk.scheduling.queue import ModelQueue
+
+    dataplane, name = _dataplane(), _name()
+    ended = []
+
+    def slow_stage():
+        time.sleep(0.3)
+        ended.append(time.perf_counter())
+
+    async def stage():  # as a pipeline's coroutine: its stage goes to a thread once the call runs it
+        return await executor.run_sync(slow_stage)
+
+    async def cut_short(queue):
+        call = ModelCall(dataplane, name, Timings(), {}, Ticket(queue, 0, None), Deadline.after(0.05, "the test"))
+        await call.run(stage())
+
+    async def scenario():
+        queue = ModelQueue(name, SchedulingPolicy(instance_count=1).over(SchedulingPolicy()), 1)
+        first = asyncio.create_task(cut_short(queue))
+        await asyncio.sleep(0.01)
+        entered = asyncio.create_task(queue.enter(0, None))
+        with pytest.raises(DeadlineExceeded):
+            await first
+        assert not entered.done()  # the first call's stage still runs on its thread: its slot is not free
+        await asyncio.wait_for(entered, 5)
+        return time.perf_counter()
+
+    admitted = asyncio.run(scenario())
+    assert ended and admitted >= ended[0]

@@ -415,3 +415,23 @@ def test_forget_closes_the_models_queue_and_a_new_model_object_gets_a_new_one():
         asyncio.run(old.enter(0, None))
     new = _admit(scheduler, _Model(SchedulingPolicy(instance_count=1)))[0].queue
     assert new is not old
+
+
+def test_a_call_too_near_its_rejection_to_reach_the_model_in_time_is_rejected_rather_than_started(monkeypatch):
+    from kserve_sdk.scheduling import queue as queue_module
+
+    monkeypatch.setattr(queue_module, "START_GUARD_S", 10.0)  # every timeout below 10 s is "too near"
+
+    async def scenario():
+        calls = Calls(_queue())
+        calls.start("running")
+        await _settle()
+        hurried, patient = calls.start("hurried", timeout=1.0), calls.start("patient")
+        await _settle()
+        await calls.finish("running")
+        with pytest.raises(QueueTimeout, match="waited 1000 ms in model 'm''s queue"):
+            await hurried
+        return calls.ran, patient.done()
+
+    ran, patient_done = _run(scenario)
+    assert ran == ["running", "patient"] and not patient_done
