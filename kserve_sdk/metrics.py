@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
 _m = None  # the metric objects, once set up
@@ -62,6 +63,14 @@ class _Metrics:
                                       "running, by reason (queue_full, expired, cancelled)", ["model_name", "reason"])
         self.batch_waiting = Gauge("kserve_batch_rows_waiting", "Calls waiting for the next step of a @batch method",
                                    ["model_name", "method"], multiprocess_mode="livesum")
+        self.jobs_submitted = Counter("kserve_jobs_submitted", "Durable jobs submitted", ["model_name"])
+        self.jobs_finished = Counter("kserve_jobs_finished", "Durable jobs that ended, by status (completed, "
+                                     "failed, canceled)", ["model_name", "status"])
+        self.job_seconds = Histogram("kserve_job_seconds", "Time from a job's submit to its end", ["model_name"],
+                                     buckets=(.01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400,
+                                              float("inf")))
+        self.job_attempts = Histogram("kserve_job_attempts", "Attempts a job took, counted when it ended",
+                                      ["model_name"], buckets=(0, 1, 2, 3, 5, 10, float("inf")))
 
 
 def setup() -> None:
@@ -199,6 +208,21 @@ def queue_rejected(model_name: str, reason: str) -> None:
     """A call left the model's queue without running (``queue_full``, ``expired``, ``cancelled``)."""
     if _m is not None:
         _child(_m.queue_rejected, model_name, reason).inc()
+
+
+def job_submitted(model_name: str) -> None:
+    """A durable job of ``model_name`` was submitted (or queued again)."""
+    if _m is not None:
+        _child(_m.jobs_submitted, model_name).inc()
+
+
+def job_finished(model_name: str, status: str, created: float, attempts: int) -> None:
+    """A job submitted at ``created`` (Unix seconds) ended with ``status`` after ``attempts`` attempts."""
+    if _m is None:
+        return
+    _child(_m.jobs_finished, model_name, status).inc()
+    _child(_m.job_seconds, model_name).observe(max(time.time() - created, 0.0))
+    _child(_m.job_attempts, model_name).observe(attempts)
 
 
 def llm_tokens(model_name: str, usage: Optional[dict]) -> None:

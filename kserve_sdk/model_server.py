@@ -37,6 +37,10 @@ from .handlers import v2 as v2_api
 from .handlers.api import RestAPI
 from .handlers.http import make_app
 from .internals.argparse_exact import ExactOneDashParser
+from .jobs import api as jobs_api
+from .jobs import service as jobs_service
+from .jobs.service import DEFAULT_STORE as DEFAULT_JOBS_STORE
+from .jobs.service import JobOptions
 from .logging import configure_logging, flush_pending, logger
 from .model import BaseKServeModel
 from .model_repository import ModelRepository
@@ -130,6 +134,24 @@ _flag("timeout_action", default="REJECT", type=str.upper, choices=["REJECT", "DE
       help="A waiting call whose timeout passes is answered 504 (REJECT) or runs after its level's others (DELAY).")
 _flag("allow_timeout_override", default=True, type=strtobool,
       help="Whether a request's `timeout` parameter may shorten --default_timeout_microseconds.")
+# Durable jobs (kserve_sdk/jobs, docs/jobs.md): where they are kept and how each worker runs them.
+_flag("jobs_store", default=DEFAULT_JOBS_STORE, type=str,
+      help="Where durable jobs are kept: sqlite:///path/to/file (one file shared by the workers, made at the "
+           "first submit), redis://host:port/db (shared by replicas; the redis extra), or none (jobs off).")
+_flag("job_lease_seconds", default=30.0, type=float,
+      help="How long a worker holds a job it runs before another may claim it (renewed while it runs).")
+_flag("job_max_attempts", default=3, type=int,
+      help="Times a job is claimed again after its worker stopped during it; then it is failed.")
+_flag("max_pending_jobs", default=100_000, type=int,
+      help="Jobs that may wait to run; one more submit is answered 503 with Retry-After (0: no limit).")
+_flag("max_job_result_bytes", default=64 * 1024 * 1024, type=int,
+      help="The largest answer a job keeps; a larger one makes the job failed, naming this limit (0: no limit).")
+_flag("job_retention_seconds", default=86_400.0, type=float,
+      help="How long a finished job and its result are kept before they are purged.")
+_flag("job_callback_hosts", default="", type=str,
+      help="Comma-separated host or host:port a job's callback_url may name (default: none, no callbacks).")
+_flag("job_concurrency", default=4, type=int,
+      help="Jobs one worker runs at once (they wait below every synchronous call in their model's queue).")
 _flag("allow_client_shm", default=False, type=strtobool,
       help="Let clients register system shared-memory regions (/v2/systemsharedmemory) and pass tensors "
            "through them. Off by default: a client could read and write this host's shared memory.")
@@ -178,6 +200,15 @@ def scheduling_defaults(flags: argparse.Namespace) -> SchedulingPolicy:
     return SchedulingPolicy.from_mapping({name: getattr(flags, name) for name in SCHEDULING_FIELDS})
 
 
+def job_options(flags: argparse.Namespace) -> JobOptions:
+    """The server's durable-jobs options, from its flags (checked by ``JobOptions.check``)."""
+    store = flags.jobs_store.strip()
+    hosts = frozenset(host.strip().lower() for host in flags.job_callback_hosts.split(",") if host.strip())
+    return JobOptions(None if store.lower() in ("", "none") else store, flags.job_lease_seconds,
+                      flags.job_max_attempts, flags.max_pending_jobs, flags.max_job_result_bytes,
+                      flags.job_retention_seconds, hosts, flags.job_concurrency)
+
+
 if TYPE_CHECKING:  # imported by the property that returns it, when used
     from .protocol.model_repository_extension import ModelRepositoryExtension
 
@@ -212,8 +243,8 @@ def loop_factory(event_loop: str) -> Optional[Callable[[], asyncio.AbstractEvent
 #: Triton's extensions come before v2, whose model metadata would take ``/v2/models/stats``; OpenAI after
 #: v1, which keeps ``/v1/models`` under an empty ``KSERVE_OPENAI_ROUTE_PREFIX``. A script serves an API of
 #: its own by adding it before ``ModelServer().start``: ``model_server.REST_APIS.append(MY_API)``.
-REST_APIS: List[RestAPI] = [server_api.API, v1_api.API, triton_api.API, v2_api.API, streams_api.API,
-                            timeseries_api.API, openai_api.API, docs_api.API]
+REST_APIS: List[RestAPI] = [server_api.API, v1_api.API, triton_api.API, v2_api.API, jobs_api.API,
+                            streams_api.API, timeseries_api.API, openai_api.API, docs_api.API]
 
 
 #: Bytes Tornado reads from a connection at a time. Each read zeroes a fresh buffer of this size, and a
@@ -277,6 +308,8 @@ class ModelServer:
             args.enable_predictor_health_check))
         self.dataplane = DataPlane(self.registered_models, enable_latency_logging, args.max_concurrent_requests,
                                    args.request_timeout_seconds, args.allow_client_shm, scheduling_defaults(args))
+        #: Durable jobs (the ``--jobs_store`` and ``--job_*`` flags); ``store_url`` None turns them off.
+        self.job_options = job_options(args)
         self._stopping: Optional[asyncio.Event] = None
         self._servers: List[Any] = []
         self._custom_exception_handler: Optional[ExceptionHandler] = None
@@ -344,6 +377,10 @@ class ModelServer:
             except TLSError as e:
                 raise StartupFailure(str(e)) from None
         self._check_scheduling()
+        try:
+            self.job_options.check()
+        except ValueError as e:
+            raise StartupFailure(str(e)) from None
         if self.enable_grpc:
             if self.grpc_port == self.http_port:
                 raise StartupFailure(f"--grpc_port and --http_port are both {self.http_port}: "
@@ -406,6 +443,10 @@ class ModelServer:
                 await model.start_engine()
         if control_dir:
             await self._share_changes(control_dir)
+        jobs = None
+        if self.job_options.store_url is not None:  # before the API can be asked about jobs
+            jobs = jobs_service.JobsService(self.dataplane, self.job_options)
+        jobs_service.install(jobs)
         self._start_http(sockets)
         if self._tls is not None:
             self._tls_watch = asyncio.ensure_future(self._tls.watch())
@@ -415,6 +456,8 @@ class ModelServer:
                     f" and gRPC on port {self.grpc_port}" if self.enable_grpc else "",
                     type(loop).__module__.split(".")[0])
         start_warmups(self.dataplane)  # in the background: the server answers meanwhile, the models not ready
+        if jobs is not None:
+            await jobs.start()  # a job of a model still warming up waits for it
         await self._stopping.wait()
         await self._shutdown()
 
@@ -520,12 +563,22 @@ class ModelServer:
         if self._stopping is not None:
             self._stopping.set()
 
+    async def _drain(self) -> bool:
+        """Wait up to ``grace_period`` for the calls in flight, jobs among them: running jobs get the grace
+        period less a second to finish, then go back to pending, so their model calls end within it."""
+        jobs = jobs_service.current()
+        if jobs is None:
+            return await self.dataplane.drain(self.grace_period)
+        job_grace = max(self.grace_period - 1.0, self.grace_period * 0.8)
+        drained, _ = await asyncio.gather(self.dataplane.drain(self.grace_period), jobs.stop(job_grace))
+        return drained
+
     async def _shutdown(self) -> None:
         """Drain, then stop: readiness turns false and new inference calls are refused at once, while the
         listeners stay open (so probes see 503); calls in flight get ``grace_period`` seconds to finish."""
         from .clients.pool import close_clients
 
-        if not await self.dataplane.drain(self.grace_period):
+        if not await self._drain():
             logger.warning("requests still in flight after the %ss grace period; stopping anyway", self.grace_period)
         self._http_server.stop()
         grpc_server = getattr(self, "_grpc_server", None)

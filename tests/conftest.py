@@ -28,6 +28,8 @@ def start_server():
 
 
 @pytest.fixture(scope="session")
-def zoo(start_server) -> Server:
-    """One server with every test model of tests/models/zoo.py, REST and gRPC."""
-    return start_server("tests/models/zoo.py")
+def zoo(start_server, tmp_path_factory) -> Server:
+    """One server with every test model of tests/models/zoo.py, REST and gRPC; its jobs (the fuzzer submits
+    some) kept in a temporary SQLite file rather than the working directory."""
+    jobs = tmp_path_factory.mktemp("zoo-jobs") / "jobs.sqlite3"
+    return start_server("tests/models/zoo.py", "--jobs_store", f"sqlite:///{jobs}")

@@ -44,12 +44,15 @@ def _expand(pattern: str) -> List[str]:
     while i < len(pattern):
         rest = pattern[i:]
         alternation = re.match(r"\((\w+(?:\|\w+)*)\)", rest)
+        named = re.match(r"\(\?P<(\w+)>\[\^/\]\+\)", rest)  # a named segment: the parameter of that name
         if rest.startswith(VERSION):
             options, i = ["", "/versions/{model_version}"], i + len(VERSION)
         elif rest.startswith(MODEL):
             options, i = ["{model_name}"], i + len(MODEL)
         elif rest.startswith(REGION):
             options, i = ["{region_name}"], i + len(REGION)
+        elif named:
+            options, i = ["{" + named.group(1) + "}"], i + named.end()
         elif alternation:
             options, i = alternation.group(1).split("|"), i + alternation.end()
         elif rest == "/?":  # an optional trailing slash
@@ -86,8 +89,11 @@ def route_table() -> Iterator[Tuple[str, str, type]]:
 
 
 # --- validating against the document (check_request and check_response, in tests/helpers.py) ---------------
+UNKNOWN_JOB = "0" * 32  # a well-formed job id no job has
+
+
 def fill(path: str, model: str = "echo", version: str = "1") -> str:
-    return path.replace("{model_name}", model).replace("{model_version}", version)
+    return path.replace("{model_name}", model).replace("{model_version}", version).replace("{job_id}", UNKNOWN_JOB)
 
 
 # --- (a) the document ----------------------------------------------------------------------------------
@@ -146,8 +152,9 @@ def test_documented_get_route_answers_as_documented(zoo, live_document, path):
     # /docs and shared memory are off on the zoo server (no --enable_docs_url, --allow_client_shm): documented
     # 404 and 403
     # and no OpenAI model: its routes answer 404
-    assert status == (404 if path == "/docs" or path.startswith("/openai/") else 403 if "sharedmemory" in path
-                      else 200), body[:300]
+    # and no job: a job's routes answer 404 for the id
+    assert status == (404 if path == "/docs" or path.startswith("/openai/") or "{job_id}" in path
+                      else 403 if "sharedmemory" in path else 200), body[:300]
     check_response(live_document, path, "get", status, headers, body)
 
 

@@ -180,7 +180,7 @@ def test_protocol_and_clients_modules_import_no_cycle_and_protocol_no_handler():
 
 # --- the package rules (docs/architecture.md) ------------------------------------------------------------------
 #: The feature packages: each holds one feature's models, its data-plane glue and its REST API.
-FEATURES = ("kserve_sdk.openai", "kserve_sdk.timeseries")
+FEATURES = ("kserve_sdk.openai", "kserve_sdk.timeseries", "kserve_sdk.jobs")
 
 #: The entry layer builds everything below it, so it may import anything.
 ENTRY_MODULES = {
