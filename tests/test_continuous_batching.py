@@ -20,13 +20,12 @@ import openai
 import pytest
 import tritonclient.grpc as tgrpc
 
-from helpers import CHAT, eventually, post_json_raw, read_sse, request, scrape, sse_data, triton_error, value
+from helpers import CHAT, eventually, post_json, post_json_raw, read_sse, request, scrape, sse_data, triton_error, value
 
 SCRIPT = "tests/models/continuous.py"
 COUNTER_MAX_BATCH = 16
 TICKER_STEP_S = 0.05
-LATE_FIRST_CHUNK_STEPS = 4  # two steps (the running one, then its own), doubled for a loaded machine
-LATE_FIRST_CHUNK_STEPS_AT_WORST = 6  # for the slowest of three joins
+LATE_FIRST_CHUNK_STEPS_AT_WORST = 12  # on the client's clock, for the slowest of three joins on a busy machine
 LEFT_ROW_STEPS_AT_MOST = 2  # the step running when the client left, one more while the server notices it
 PROTOCOLS = ["sse", "grpc", "chat"]
 
@@ -247,8 +246,12 @@ def test_a_stream_joining_late_is_served_from_the_next_step(server, chat_client,
             assert stream.error is None and len(stream.chunks) == 2, stream
             waits.append(stream.first_chunk_after)
         steps = since(before, step_sizes(server, "ticker"))
+    # the model's own count: the step running when a stream joins, then its own (a load-proof measure; the
+    # client's clock also holds its stream's set-up, which a busy machine stretches)
+    joins = post_json(server.http_port, "/v1/models/ticker-joins:predict", {"instances": []})[2]["joins"]
+    late = {prompt: steps for prompt, steps in joins.items() if prompt.startswith("late ")}
+    assert len(late) == 3 and max(late.values()) <= 2, f"steps before the first token: {late}"
     # the background streams run 100 steps: a late stream kept out of their steps waits seconds
-    assert sorted(waits)[1] < LATE_FIRST_CHUNK_STEPS * TICKER_STEP_S, f"first chunks after {waits} s"
     assert max(waits) < LATE_FIRST_CHUNK_STEPS_AT_WORST * TICKER_STEP_S, f"first chunks after {waits} s"
     assert steps_between(steps, "4.0", "8.0") >= 3, steps  # the late rows joined the four running ones
 

@@ -19,6 +19,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
@@ -120,6 +121,27 @@ class _Write:
         self.do, self.empty, self.create, self.future = do, empty, create, future
 
 
+def _set_up(connection: Connection) -> None:
+    """WAL mode and the tables. Workers starting together on a new file race for it: switching to WAL and
+    making the schema can be refused at once as locked (SQLite does not wait there, to avoid a deadlock), so
+    the set-up is tried again until the busy timeout."""
+    give_up = time.monotonic() + BUSY_TIMEOUT_SECONDS
+    while True:
+        try:
+            connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
+            connection.execute("PRAGMA journal_mode = WAL")
+            # A committed transaction is then in the WAL file when the call returns: it survives a killed process.
+            connection.execute("PRAGMA synchronous = NORMAL")
+            connection.executescript(_SCHEMA)
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > give_up:
+                raise
+            if connection.in_transaction:
+                connection.rollback()
+            time.sleep(0.01)
+
+
 class SQLiteJobStore(JobStore):
     """Jobs in the SQLite file at ``path`` (relative to the working directory, or absolute); its directory must
     exist. ``clock`` gives the time in Unix seconds (tests move it)."""
@@ -150,11 +172,7 @@ class SQLiteJobStore(JobStore):
         except sqlite3.Error as e:
             raise OSError(f"jobs store {self.path}: cannot open or create the file: {e}") from e
         try:
-            connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_SECONDS * 1000)}")
-            connection.execute("PRAGMA journal_mode = WAL")
-            # A committed transaction is then in the WAL file when the call returns: it survives a killed process.
-            connection.execute("PRAGMA synchronous = NORMAL")
-            connection.executescript(_SCHEMA)
+            _set_up(connection)
         except sqlite3.Error as e:
             connection.close()
             raise OSError(f"jobs store {self.path}: cannot set up the file: {e}") from e

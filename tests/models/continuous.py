@@ -5,7 +5,8 @@
   its next state and token, so the answer depends only on the prompt, and a row given to the wrong stream shows.
   A prompt containing "boom" makes its third step return an Exception in that row's place. ``max_tokens``
   (parameters) sets the length, else it follows from the prompt. Steps cost 20 ms, at most 16 rows.
-- ``ticker``: the same with 50 ms steps, for the join and leave timings.
+- ``ticker``: the same with 50 ms steps, for the join and leave timings; ``ticker-joins`` (v1) tells how many of
+  its steps each stream waited for its first token.
 - ``counter-chat``, ``ticker-chat``: OpenAI chat (adapter models) streaming ``counter``'s (``ticker``'s) answer,
   computed by that model's own steps, so SSE, gRPC and OpenAI streams share them.
 - ``scaler``: a unary model whose plain ``def`` step (on a model thread) answers 3x+1 for each caller's INT64
@@ -101,14 +102,38 @@ class Counter(kserve.Model):
 
 
 class Ticker(Counter):
-    """Counter with 50 ms steps."""
+    """Counter with 50 ms steps, counting them: ``joins`` holds, per prompt, how many steps ended between its
+    stream's start and its first token (the model's own measure of a late join, whatever the machine's load)."""
 
     step_seconds = 0.05
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.steps_done, self.joins = 0, {}
 
     @kserve.batch(max_batch_size=16, max_wait_ms=20)
     async def step(self, states):
         await asyncio.sleep(self.step_seconds)
+        self.steps_done += 1
         return [self.next_row(state) for state in states]
+
+    async def tokens(self, prompt, count):
+        joined, first = self.steps_done, True
+        async for token in super().tokens(prompt, count):
+            if first:
+                self.joins[prompt], first = self.steps_done - joined, False
+            yield token
+
+
+class TickerJoins(kserve.Model):
+    """v1: the ticker's ``joins``."""
+
+    def __init__(self, name, ticker):
+        super().__init__(name)
+        self.ticker, self.ready = ticker, True
+
+    def predict(self, payload, headers=None):
+        return {"joins": self.ticker.joins}
 
 
 class CounterChat(OpenAIChatAdapterModel):
@@ -195,5 +220,6 @@ if __name__ == "__main__":
     counter, ticker = Counter("counter"), Ticker("ticker")
     kserve.ModelServer().start([
         counter, ticker, CounterChat("counter-chat", counter), CounterChat("ticker-chat", ticker), Scaler("scaler"),
+        TickerJoins("ticker-joins", ticker),
         WrongLength("wrong-length"), NotAList("not-a-list"), WrongLengthStream("wrong-length-stream"),
         NotAListStream("not-a-list-stream")])
