@@ -14,11 +14,12 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 import pytest
@@ -565,3 +566,97 @@ def wait_ready(port: int, proc: subprocess.Popen, log: str, timeout: float = 120
 def _read(path: str) -> str:
     with open(path, errors="replace") as f:
         return f.read()
+
+
+# --- an OTLP/gRPC trace collector -------------------------------------------------------------------------------
+class Span(NamedTuple):
+    """One exported span: ids as hex, OTLP's kind number, its attributes, its resource's, its events' names."""
+
+    name: str
+    trace_id: str
+    span_id: str
+    parent: str
+    kind: int
+    attributes: Dict
+    resource: Dict
+    events: List[str]
+    links: Tuple[Tuple[str, str], ...] = ()  # (trace id, span id) of each span this one links to
+    start_ns: int = 0
+    end_ns: int = 0
+
+
+def _otlp_value(any_value: Any) -> Any:
+    return getattr(any_value, any_value.WhichOneof("value")) if any_value.WhichOneof("value") else None
+
+
+class SpanCollector:
+    """An OTLP/gRPC trace receiver on loopback keeping every span it is sent: ``start()``, point a server at it
+    with ``env(service)``, read ``spans`` / ``of(trace id)``, ``stop()``."""
+
+    SERVER_KIND = 2  # OTLP's SPAN_KIND_SERVER
+
+    def __init__(self) -> None:
+        self.spans: List[Span] = []
+        self.lock = threading.Lock()
+        self.port = 0
+        self._server: Any = None
+
+    def start(self) -> "SpanCollector":
+        import grpc
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+        collector = self
+
+        class Servicer(trace_service_pb2_grpc.TraceServiceServicer):
+            def Export(self, request, context):
+                collector.keep(request)
+                return trace_service_pb2.ExportTraceServiceResponse()
+
+        self._server = grpc.server(ThreadPoolExecutor(max_workers=4))
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Servicer(), self._server)
+        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.stop(0)
+
+    def keep(self, request: Any) -> None:
+        """Keep the spans of one export request."""
+        found = []
+        for resource_spans in request.resource_spans:
+            resource = {kv.key: _otlp_value(kv.value) for kv in resource_spans.resource.attributes}
+            for scope_spans in resource_spans.scope_spans:
+                for s in scope_spans.spans:
+                    found.append(Span(s.name, s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(), s.kind,
+                                      {kv.key: _otlp_value(kv.value) for kv in s.attributes}, resource,
+                                      [e.name for e in s.events],
+                                      tuple((k.trace_id.hex(), k.span_id.hex()) for k in s.links),
+                                      s.start_time_unix_nano, s.end_time_unix_nano))
+        with self.lock:
+            self.spans += found
+
+    def env(self, service: str, **extra: str) -> Dict[str, str]:
+        """The environment that makes a server export its spans here, every 50 ms."""
+        return {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.port}", "OTEL_EXPORTER_OTLP_INSECURE": "true",
+                "OTEL_SERVICE_NAME": service, "OTEL_BSP_SCHEDULE_DELAY": "50", **extra}
+
+    def of(self, trace_id: str) -> List[Span]:
+        with self.lock:
+            return [s for s in self.spans if s.trace_id == trace_id]
+
+    def server_span_of(self, trace_id: str) -> List[Span]:
+        """The server spans of the trace: a call's last span to end (its stage spans end before it)."""
+        return [s for s in self.of(trace_id) if s.kind == self.SERVER_KIND]
+
+    def trace(self, trace_id: str, timeout: float = 30.0) -> List[Span]:
+        """The spans of ``trace_id`` once its server span has come (its other spans end before it)."""
+        return self.wait(lambda: self.server_span_of(trace_id) and self.of(trace_id), timeout)
+
+    def wait(self, found: Callable[[], Any], timeout: float = 30.0) -> Any:
+        """``found()``'s first truthy value, polled until ``timeout`` s (export runs every 50 ms)."""
+        try:
+            return eventually(found, timeout)
+        except AssertionError:
+            spans = [(s.name, s.trace_id) for s in self.spans]
+            raise AssertionError(f"not exported within {timeout}s; spans: {spans}") from None

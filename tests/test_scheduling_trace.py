@@ -4,18 +4,15 @@ call began to wait until its turn came (then its stages follow), and ``kserve.sc
 A real server exports to an OTLP/gRPC trace receiver run by this module; each call sends its own trace id.
 """
 import secrets
-import threading
 from concurrent import futures
-from typing import Dict, List, NamedTuple
+from typing import List
 
-import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as tgrpc
 import tritonclient.http as thttp
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from helpers import eventually, triton_input
+from helpers import Span, SpanCollector, triton_input
 
 MODELS = '''
 import asyncio
@@ -46,64 +43,22 @@ if __name__ == "__main__":
                                 SlowEcho("unlimited")])
 '''
 
-SERVER_KIND = 2  # OTLP's SPAN_KIND_SERVER
+SERVER_KIND = SpanCollector.SERVER_KIND
 INTERNAL_KIND = 1
-
-
-class Span(NamedTuple):
-    name: str
-    trace_id: str
-    span_id: str
-    parent: str
-    kind: int
-    start_ns: int
-    end_ns: int
-    attributes: Dict
-
-
-class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
-    """Keeps every span the server exports, with its times."""
-
-    def __init__(self):
-        self.spans: List[Span] = []
-        self.lock = threading.Lock()
-
-    def Export(self, request, context):
-        found = [Span(s.name, s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(), s.kind,
-                      s.start_time_unix_nano, s.end_time_unix_nano,
-                      {kv.key: getattr(kv.value, kv.value.WhichOneof("value")) for kv in s.attributes})
-                 for resource in request.resource_spans for scope in resource.scope_spans for s in scope.spans]
-        with self.lock:
-            self.spans += found
-        return trace_service_pb2.ExportTraceServiceResponse()
-
-    def trace(self, trace_id: str) -> List[Span]:
-        """The spans of ``trace_id`` once its server span has come (its other spans end before it)."""
-        def complete():
-            with self.lock:
-                spans = [s for s in self.spans if s.trace_id == trace_id]
-            return spans if any(s.kind == SERVER_KIND for s in spans) else None
-        return eventually(complete, 30.0)
 
 
 @pytest.fixture(scope="module")
 def receiver():
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    kept = Receiver()
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(kept, server)
-    kept.port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+    kept = SpanCollector().start()
     yield kept
-    server.stop(0)
+    kept.stop()
 
 
 @pytest.fixture(scope="module")
 def server(start_server, receiver, tmp_path_factory):
     script = tmp_path_factory.mktemp("scheduling_trace") / "models.py"
     script.write_text(MODELS)
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.port}", "OTEL_EXPORTER_OTLP_INSECURE": "true",
-           "OTEL_SERVICE_NAME": "scheduling", "OTEL_BSP_SCHEDULE_DELAY": "50"}
-    return start_server(str(script), env=env)
+    return start_server(str(script), env=receiver.env("scheduling"))
 
 
 def traced_infer(server, protocol: str, model: str) -> str:

@@ -13,16 +13,16 @@ import sys
 import threading
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Dict, List, NamedTuple, Tuple
+from typing import Dict, List
 
 import grpc
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from tritonclient.utils import InferenceServerException
 
-from helpers import ROOT, eventually, http_get, post_json, read_sse, request, side_by_side
+from helpers import ROOT, Span, SpanCollector, http_get, post_json, read_sse, request, side_by_side
 from kserve_sdk.protocol.grpc import grpc_predict_v2_pb2 as pb
 from kserve_sdk.protocol.grpc.grpc_predict_v2_pb2_grpc import GRPCInferenceServiceStub
 from kserve_sdk.tracing.config import TracingConfig, read_config
@@ -31,72 +31,15 @@ SETOSA_MM = {"sepal_length_mm": 51, "sepal_width_mm": 35, "petal_length_mm": 14,
 INTERNAL, SERVER, CLIENT = 1, 2, 3  # OTLP span kinds
 
 
-class Span(NamedTuple):
-    name: str
-    trace_id: str
-    span_id: str
-    parent: str
-    kind: int
-    attributes: Dict
-    resource: Dict
-    events: List[str]
-    links: Tuple[Tuple[str, str], ...] = ()  # (trace id, span id) of each span this one links to
-
-
-def _value(any_value):
-    return getattr(any_value, any_value.WhichOneof("value")) if any_value.WhichOneof("value") else None
-
-
-class Collector(trace_service_pb2_grpc.TraceServiceServicer):
-    """An OTLP/gRPC trace receiver keeping every span it is sent."""
-
-    def __init__(self):
-        self.spans: List[Span] = []
-        self.lock = threading.Lock()
-
-    def Export(self, request, context):
-        with self.lock:
-            for resource_spans in request.resource_spans:
-                resource = {kv.key: _value(kv.value) for kv in resource_spans.resource.attributes}
-                for scope_spans in resource_spans.scope_spans:
-                    for s in scope_spans.spans:
-                        self.spans.append(Span(s.name, s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(),
-                                               s.kind, {kv.key: _value(kv.value) for kv in s.attributes},
-                                               resource, [e.name for e in s.events],
-                                               tuple((k.trace_id.hex(), k.span_id.hex()) for k in s.links)))
-        return trace_service_pb2.ExportTraceServiceResponse()
-
-    def of(self, trace_id: str) -> List[Span]:
-        with self.lock:
-            return [s for s in self.spans if s.trace_id == trace_id]
-
-    def server_span_of(self, trace_id: str) -> List[Span]:
-        """The server spans of the trace: a call's last span to end (its stage spans end before it)."""
-        return [s for s in self.of(trace_id) if s.kind == SERVER]
-
-    def wait(self, found: Callable[[], object], timeout: float = 30.0):
-        """``found()``'s first truthy value, polled until ``timeout`` s (export runs every 50 ms)."""
-        try:
-            return eventually(found, timeout)
-        except AssertionError:
-            spans = [(s.name, s.trace_id) for s in self.spans]
-            raise AssertionError(f"not exported within {timeout}s; spans: {spans}") from None
-
-
 @pytest.fixture(scope="module")
 def collector():
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    receiver = Collector()
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, server)
-    receiver.port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+    receiver = SpanCollector().start()
     yield receiver
-    server.stop(0)
+    receiver.stop()
 
 
-def otel_env(collector: Collector, service: str, **extra: str) -> Dict[str, str]:
-    return {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.port}", "OTEL_EXPORTER_OTLP_INSECURE": "true",
-            "OTEL_SERVICE_NAME": service, "OTEL_BSP_SCHEDULE_DELAY": "50", **extra}
+def otel_env(collector: SpanCollector, service: str, **extra: str) -> Dict[str, str]:
+    return collector.env(service, **extra)
 
 
 def new_trace() -> tuple:
@@ -117,7 +60,7 @@ def v2_request(model: str) -> pb.ModelInferRequest:
     return request
 
 
-def marker(collector: Collector, server) -> None:
+def marker(collector: SpanCollector, server) -> None:
     """A traced call to ``other``, waited for: the spans of every call answered before it are exported."""
     trace_id, _, traceparent = new_trace()
     assert post_json(server.http_port, "/v1/models/other:predict", {"instances": [1]},
