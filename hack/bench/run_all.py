@@ -17,6 +17,9 @@ its end, also on errors and Ctrl-C; targets alternate within every cell):
   cb       cb_bench.py: tokens/s and time to first token at 1/8/32/64 streams   cb, unbatched, litserve
   sched    sched_bench.py: a 10 ms model, instance_count=1, offered 2x its capacity, priorities on/off   kserve_sdk
            (SCHED_BENCH_SECONDS per phase, default 20; 3 with --quick)
+  jobs     jobs_bench.py: durable jobs submitted and completed per second (SQLite, Redis) beside synchronous
+           calls, synchronous p99 with 5,000 jobs pending, RSS over 100,000 jobs after purge   kserve_sdk
+           (--quick: 2,000 jobs per server, RSS over JOBS_BENCH_RSS_JOBS jobs, default 10,000)
 The http group also runs LitServe and BentoML (litserve, bentoml) on their own /predict route in the
 v1 cells, and the stream group LitServe's stream=True in the sse-stream cells.
 bench_report.py turns the results into bench.md. See README.md.
@@ -42,6 +45,7 @@ import benchlib
 import cb_bench
 import grpc_bench
 import http_bench
+import jobs_bench
 import memory_bench
 import peers
 import sched_bench
@@ -49,7 +53,7 @@ import shm_bench
 import stream_bench
 from benchlib import ALL_TARGETS, HERE, REPO
 
-GROUPS = ["http", "grpc", "stream", "batch", "workers", "startup", "shm", "memory", "cost", "cb", "sched"]
+GROUPS = ["http", "grpc", "stream", "batch", "workers", "startup", "shm", "memory", "cost", "cb", "sched", "jobs"]
 REFS = {"http": ["bare", "kserve", "mlserver", "litserve", "bentoml"], "grpc": ["bare", "kserve", "mlserver"],
         "stream": ["bare", "mlserver", "litserve"], "batch": ["batch-off"], "workers": ["ours-w1"], "shm": [],
         "cb": ["unbatched", "litserve"]}
@@ -251,6 +255,20 @@ def group_sched(opts, targets):
     return sched_bench.run(args)
 
 
+JOBS_QUICK = {"jobs": 2000, "job_concurrency": "4,16", "sync_seconds": 1, "fair_calls": 100}
+
+
+def group_jobs(opts, targets):
+    """jobs_bench: issue 32's jobs per second, fairness to synchronous calls and memory over many jobs."""
+    args = jobs_bench.parser().parse_args([])
+    if opts.quick:
+        for k, v in JOBS_QUICK.items():
+            setattr(args, k, v)
+        args.rss_jobs = int(os.environ.get("JOBS_BENCH_RSS_JOBS") or 10000)
+    args.ready_timeout, args.python, args.keep_workdir = opts.ready_timeout, opts.python, opts.keep_workdir
+    return jobs_bench.run(args)
+
+
 # --------------------------------------------------------------------------- startup
 
 def start_once(name, opts, workdir):
@@ -345,18 +363,20 @@ def write_results(opts, results):
     with open(paths[0], "w") as f:
         json.dump(results, f, indent=1, default=str)
     with open(paths[1], "w") as f:
-        f.write(bench_report.markdown(results) + "\n" + sched_bench.markdown(results["groups"].get("sched")))
+        f.write(bench_report.markdown(results) + "\n" + sched_bench.markdown(results["groups"].get("sched")) + "\n"
+                + jobs_bench.markdown(results["groups"].get("jobs")))
     return paths
 
 
 GROUP_RUNNERS = {"http": group_http, "grpc": group_grpc, "stream": group_stream, "batch": group_batch,
                  "workers": group_workers, "startup": group_startup, "shm": group_shm,
-                 "memory": group_memory, "cost": group_cost, "cb": group_cb, "sched": group_sched}
+                 "memory": group_memory, "cost": group_cost, "cb": group_cb, "sched": group_sched,
+                 "jobs": group_jobs}
 
 
 def needs_ours(group):
     """Groups that measure kserve_sdk alone."""
-    return group in ("batch", "workers", "shm", "memory", "cost", "cb", "sched")
+    return group in ("batch", "workers", "shm", "memory", "cost", "cb", "sched", "jobs")
 
 
 def run_groups(opts, results):
@@ -390,11 +410,13 @@ def main():
         print(f"\ninterrupted ({e}); servers stopped; writing what was measured", file=sys.stderr)
         results["interrupted"] = str(e)
         code = 130
-    results["acceptance"] = bench_report.acceptance(results) + sched_bench.checks(results["groups"].get("sched"))
+    results["acceptance"] = (bench_report.acceptance(results) + sched_bench.checks(results["groups"].get("sched"))
+                             + jobs_bench.checks(results["groups"].get("jobs")))
     paths = write_results(opts, results)
     print(f"\nwrote {paths[0]} and {paths[1]}\n")
     print(bench_report.summary_markdown(results))
     print(sched_bench.markdown(results["groups"].get("sched")))
+    print(jobs_bench.markdown(results["groups"].get("jobs")))
     sys.exit(code)
 
 
