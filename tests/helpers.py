@@ -2,12 +2,14 @@
 HTTP and one JSON POST, SSE readers, Prometheus scrapes, tensor builders, error-answer checks, the OpenAPI
 document's checks and the samples' READMEs. Test files import from here, never from one another
 (tests/test_test_helpers.py checks it); fixtures stay in tests/conftest.py."""
+import contextlib
 import http.client
 import json
 import os
 import random
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -660,3 +662,35 @@ class SpanCollector:
         except AssertionError:
             spans = [(s.name, s.trace_id) for s in self.spans]
             raise AssertionError(f"not exported within {timeout}s; spans: {spans}") from None
+
+
+# --- a Redis server ---------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def redis_server(folder: Any) -> Iterator[str]:
+    """A real redis-server on a free loopback port (appendonly, in ``folder``), answering by the time its URL is
+    given; stopped by process group at the end. Missing redis-server fails the test: hack/test.sh installs it."""
+    import redis
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is not installed: the Redis job store's tests need a real one "
+                    "(Debian's redis-server package; hack/test.sh installs it)")
+    port, log_path = free_port(), os.path.join(str(folder), "redis.log")
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                   "--appendonly", "yes", "--dir", str(folder)], stdout=log,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"redis://127.0.0.1:{port}/0"
+
+    def answers() -> bool:
+        try:
+            with redis.Redis.from_url(url, socket_timeout=1) as client:
+                return bool(client.ping())
+        except redis.ConnectionError:
+            return False
+
+    try:
+        eventually(answers, timeout=20, message=lambda: f"redis-server did not start: {open(log_path).read()}")
+        yield url
+    finally:
+        stop_process_group(server)

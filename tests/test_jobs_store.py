@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import re
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -21,7 +20,7 @@ from typing import Any, Callable, Coroutine, Iterator, List, Optional, Tuple, Ty
 import pytest
 import redis
 
-from helpers import ROOT, eventually, free_port, stop_process_group
+from helpers import ROOT, eventually, redis_server, stop_process_group
 from kserve_sdk.jobs import open_store
 from kserve_sdk.jobs.redis_store import PREFIX, RedisJobStore
 from kserve_sdk.jobs.sqlite_store import SQLiteJobStore
@@ -112,32 +111,9 @@ class Case:
 # --- the stores ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A redis-server of this module's own on a free port (appendonly, in its own folder), stopped at the end."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is not installed: the Redis job store's tests need a real one "
-                    "(Debian's redis-server package; hack/test.sh installs it)")
-    folder, port = tmp_path_factory.mktemp("redis"), free_port()
-    log = open(folder / "redis.log", "wb")
-    server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-                               "yes", "--dir", str(folder)], stdout=log, stderr=subprocess.STDOUT,
-                              start_new_session=True)
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        eventually(lambda: _answers_ping(url), timeout=20,
-                   message=lambda: f"redis-server did not start: {(folder / 'redis.log').read_text()}")
+    """A redis-server of this module's own (tests/helpers.py), stopped at the end."""
+    with redis_server(tmp_path_factory.mktemp("redis")) as url:
         yield url
-    finally:
-        stop_process_group(server)
-        log.close()
-
-
-def _answers_ping(url: str) -> bool:
-    try:
-        with redis.Redis.from_url(url, socket_timeout=1) as client:
-            return bool(client.ping())
-    except redis.ConnectionError:
-        return False
 
 
 @pytest.fixture(params=["sqlite", "redis"])
