@@ -486,8 +486,10 @@ class ModelServer:
             while not channel.all_acknowledged(key) and time.monotonic() < deadline:
                 await asyncio.sleep(0.005)
 
-        await apply_unseen()
+        # The handler first: a change published from now on is signalled to it, and one published before is
+        # in the log the replay below reads (a worker starting while a sibling publishes misses neither).
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, lambda: asyncio.ensure_future(apply_unseen()))
+        await apply_unseen()
         self.dataplane.share_change = publish
 
     def _start_http(self, sockets: Optional[List[socket.socket]]) -> None:
