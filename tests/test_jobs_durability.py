@@ -222,8 +222,11 @@ def test_with_5000_jobs_waiting_each_synchronous_call_waits_for_about_one_job_at
         after = reader.counts()
     finally:
         reader.close()
+    # Nine calls in ten within the limit: a queue that let jobs go first makes every call wait for all the claimed
+    # ones (about 330 ms each), while a pause of the shared machine may slow one call or two.
     slow = [round(ms, 1) for ms in took if ms >= SYNC_LIMIT_MS]
-    assert not slow, (f"{len(slow)} of {SYNC_CALLS} synchronous calls took {SYNC_LIMIT_MS:.0f} ms or more with "
-                      f"{before['pending']} jobs pending: {slow}; all: {[round(ms, 1) for ms in took]}")
+    assert len(slow) <= SYNC_CALLS // 10, (
+        f"{len(slow)} of {SYNC_CALLS} synchronous calls took {SYNC_LIMIT_MS:.0f} ms or more with "
+        f"{before['pending']} jobs pending: {slow}; all: {[round(ms, 1) for ms in took]}")
     assert after["pending"] > BACKLOG // 2, after  # the backlog was there throughout
     assert after["completed"] - before["completed"] >= SYNC_CALLS // 4, (before, after)  # jobs went on between calls
