@@ -312,10 +312,10 @@ class DataPlane:
             model = await self.ready_model(model_name)
         headers = {} if headers is None else headers
         v2 = isinstance(request, InferRequest)
-        model_call = self.model_call(model_name, call, headers, model, request.parameters if v2 else None)
         shm = v2 and uses_shared_memory(request)
         if shm:
             self.shared_memory.read_inputs(request)
+        model_call = self.model_call(model_name, call, headers, model, request.parameters if v2 else None)
         answer = self._run_model(model, request, headers, verb, model_call.timings)
         response, response_headers = await model_call.run(answer)
         if v2:
@@ -323,12 +323,6 @@ class DataPlane:
             if shm and isinstance(response, InferResponse):
                 self.shared_memory.write_outputs(request, response)
         return response, response_headers or {}
-
-    def deadline(self, request: Any = None) -> Optional[Deadline]:
-        """The deadline of a call starting now under the server's default policy: ``--request_timeout_seconds``,
-        or a v2 request's ``timeout`` parameter (microseconds, as Triton reads it) when that is shorter."""
-        parameters = request.parameters if isinstance(request, InferRequest) else None
-        return self.scheduler.admit("", None, parameters, {})[1]
 
     def model_call(self, model_name: str, call: Optional[Call], headers: Optional[Dict[str, str]] = None,
                    model: Any = None, parameters: Optional[Dict[str, Any]] = None) -> ModelCall:

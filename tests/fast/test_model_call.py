@@ -1,5 +1,5 @@
 """The one model-call path in process (kserve_sdk/model_call.py): what a ModelCall and a CountedStream record,
-refuse and raise, and the deadline of DataPlane.deadline."""
+refuse and raise, and the deadline the scheduler gives a call (Scheduler.admit)."""
 import asyncio
 import time
 import uuid
@@ -247,7 +247,7 @@ def test_the_deadline_is_the_shorter_of_the_flag_and_the_requests_timeout(flag, 
     dataplane = _dataplane(request_timeout_seconds=flag)
 
     async def deadline():
-        return dataplane.deadline(_v2(parameters))
+        return dataplane.scheduler.admit("m", None, _v2(parameters).parameters, {})[1]
 
     got = asyncio.run(deadline())
     assert (None if got is None else (got.seconds, got.source)) == expected
@@ -256,7 +256,7 @@ def test_the_deadline_is_the_shorter_of_the_flag_and_the_requests_timeout(flag, 
 @pytest.mark.parametrize("timeout", [-1, 1.5, "10", True])
 def test_a_timeout_parameter_that_is_not_a_whole_number_of_microseconds_is_refused(timeout):
     with pytest.raises(InvalidInput, match="the 'timeout' parameter must be a non-negative integer"):
-        _dataplane().deadline(_v2({"timeout": timeout}))
+        _dataplane().scheduler.admit("m", None, {"timeout": timeout}, {})
 
 
 def test_a_scheduled_call_cut_short_keeps_its_slot_until_its_model_thread_has_ended():
@@ -291,3 +291,22 @@ def test_a_scheduled_call_cut_short_keeps_its_slot_until_its_model_thread_has_en
 
     admitted = asyncio.run(scenario())
     assert ended and admitted >= ended[0]
+
+
+def test_a_call_refused_before_its_model_runs_leaves_nothing_in_flight():
+    from kserve_sdk import Model
+    from kserve_sdk.errors import SharedMemoryForbidden
+    from kserve_sdk.protocol.infer_type import InferInput
+
+    class Echo(Model):
+        def predict(self, payload, headers=None):
+            return payload
+
+    dataplane, name = _dataplane(), _name()
+    model = Echo(name)
+    model.ready = True
+    dataplane.model_registry.update(model)
+    tensor = InferInput("x", [1], "FP32", parameters={"shared_memory_region": "r", "shared_memory_byte_size": 4})
+    with pytest.raises(SharedMemoryForbidden):  # read before the model call begins: nothing to count
+        asyncio.run(dataplane.infer(name, InferRequest(name, infer_inputs=[tensor])))
+    assert dataplane.calls_in_flight() == 0
