@@ -127,14 +127,13 @@ class ModelCall:
             deadline = self.deadline
             result = await answer if deadline is None else await within(answer, deadline, self.model_name)
         except BaseException as e:
-            if watching is not None:
-                executor.watched.reset(watching)
             error = self.failed(e, whole_is_one_execution)
             if error is e:
                 raise
             raise error from e
-        if watching is not None:
-            executor.watched.reset(watching)
+        finally:
+            if watching is not None:
+                executor.watched.reset(watching)
         if not (may_stream and hasattr(result, "__aiter__")):
             self.succeeded(whole_is_one_execution)
             if watching is not None and self.ticket.queue.free == 0:  # type: ignore[union-attr]
@@ -241,7 +240,8 @@ class CountedStream:
     async def _begin(self) -> Callable[[], Awaitable[Any]]:
         """Begin the model call (unless handed one); return what gives the first answer, within the deadline."""
         if self.model_call is None:
-            self.model_call = ModelCall(self.dataplane, self.model_name, self.timings, self.headers, self.ticket)
+            self.model_call = ModelCall(self.dataplane, self.model_name, self.timings, self.headers, self.ticket,
+                                        self.deadline)
         self.started = True
         self._start_ns = perf_counter_ns()
         try:

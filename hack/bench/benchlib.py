@@ -759,3 +759,22 @@ def main(args, bench):
     except KeyboardInterrupt as e:
         print(f"\ninterrupted ({e}); servers stopped", file=sys.stderr)
         sys.exit(130)
+
+
+def report_alone(args, run, markdown, checks):
+    """Command-line entry of a group's bench run alone (sched_bench, jobs_bench): ``run(args)``, its result
+    written to ``--json`` when given, then its table and its checks printed; exit 130 when interrupted."""
+    import bench_report
+
+    raise_on_signals()
+    try:
+        result = run(args)
+    except KeyboardInterrupt as e:
+        print(f"\ninterrupted ({e}); servers stopped", file=sys.stderr)
+        sys.exit(130)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    print()
+    print(markdown(result))
+    print(bench_report.acceptance_md(checks(result)))

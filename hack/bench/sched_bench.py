@@ -298,19 +298,7 @@ def checks(result):
 
 
 def main():
-    args = parser().parse_args()
-    benchlib.raise_on_signals()
-    try:
-        result = run(args)
-    except KeyboardInterrupt as e:
-        print(f"\ninterrupted ({e}); server stopped", file=sys.stderr)
-        sys.exit(130)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-    print()
-    print(markdown(result))
-    print(bench_report.acceptance_md(checks(result)))
+    benchlib.report_alone(parser().parse_args(), run, markdown, checks)
 
 
 if __name__ == "__main__":

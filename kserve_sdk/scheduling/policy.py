@@ -74,11 +74,6 @@ class SchedulingPolicy:
             raise ValueError(f"default_priority_level {default_level} is above priority_levels {levels}")
         return SchedulingPolicy(**merged)
 
-    @property
-    def limits_anything(self) -> bool:
-        """Whether calls under this (merged) policy ever wait: else the model needs no queue at all."""
-        return bool(self.instance_count or self.default_timeout_microseconds)
-
     def priority_of(self, asked: Any) -> int:
         """The queue level (0 is the highest) of a request that asked for priority ``asked`` (None or 0: the
         default). A priority above ``priority_levels`` is refused naming it."""

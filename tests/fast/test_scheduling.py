@@ -278,7 +278,6 @@ def test_a_policy_takes_the_fields_it_leaves_out_from_the_defaults_then_from_no_
                                       default_priority_level=0, default_timeout_microseconds=0,
                                       timeout_action="DELAY", allow_timeout_override=True)
     assert SchedulingPolicy().over(SchedulingPolicy()) == SchedulingPolicy(**DEFAULTS)
-    assert not SchedulingPolicy(**DEFAULTS).limits_anything
 
 
 @pytest.mark.parametrize("fields, message", [
