@@ -76,9 +76,7 @@ class ModelCall:
         ticket = self.ticket
         if ticket is None or self._holding:
             return
-        deadline = self.deadline
-        limit = None if deadline is None else deadline.at - asyncio.get_running_loop().time()
-        waited = await ticket.queue.enter(ticket.level, ticket.timeout, limit)
+        waited = await ticket.queue.enter(ticket.level, ticket.timeout, self.deadline)
         self._holding = True
         if waited:
             self.timings.scheduled_s = waited

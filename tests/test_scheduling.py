@@ -17,7 +17,7 @@ import sys
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
 
 import grpc
 import httpx
@@ -56,6 +56,18 @@ def server(start_server) -> Server:
 def pool() -> Iterator[ThreadPoolExecutor]:
     with ThreadPoolExecutor(16) as executor:
         yield executor
+
+
+@pytest.fixture(autouse=True)
+def _released_after(server) -> Iterator[None]:
+    """A test that fails while it holds a model's slot releases it still, so the next test finds it free."""
+    yield
+    for model in _held_models:
+        _release(server, model)
+    _held_models.clear()
+
+
+_held_models: Set[str] = set()
 
 
 class Answer(NamedTuple):
@@ -121,6 +133,7 @@ def _rejections(server: Server, model: str, reason: str) -> float:
 def _hold(server: Server, pool: ThreadPoolExecutor, model: str, tag: int, protocol: str = "rest") -> "Future[Answer]":
     """A call of ``model`` that takes its one slot until released; returned once it runs."""
     held = pool.submit(_infer, server, protocol, model, tag, hold=True)
+    _held_models.add(model)
     _running(server, model, tag)
     return held
 
@@ -159,6 +172,7 @@ def test_v1_calls_are_ordered_by_the_x_kserve_priority_header(server, pool):
         return status, doc, time.monotonic()
 
     held = pool.submit(predict, 1, hold=True)
+    _held_models.add("classic")
     _running(server, "classic", 1)
     lows = []
     for i, tag in enumerate((2, 3, 4)):
@@ -422,6 +436,7 @@ def test_an_sse_stream_holds_its_models_slot_until_it_ends(server, pool):
         return events
 
     streaming = pool.submit(stream)
+    _held_models.add("streamer")
     _running(server, "streamer", 1)
     unary = pool.submit(_generate, server, 2)
     _until_waiting(server, "streamer", 1)
@@ -439,6 +454,7 @@ def test_a_grpc_stream_holds_its_models_slot_until_it_ends(server, pool):
     responses: List[Tuple[float, Any, Any]] = []
     client = tgrpc.InferenceServerClient(server.grpc_url)
     client.start_stream(callback=lambda result, error: responses.append((time.monotonic(), result, error)))
+    _held_models.add("streamer")
     try:
         client.async_stream_infer("streamer", [triton_input(tgrpc, "TAG", np.array([3], dtype=np.int64))],
                                   parameters={"hold": True})

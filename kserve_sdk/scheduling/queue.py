@@ -10,11 +10,14 @@ skipped when reached, so nothing is searched for.
 import asyncio
 from collections import deque
 from time import perf_counter
-from typing import Deque, List, Optional, Tuple
+from typing import TYPE_CHECKING, Deque, List, Optional, Tuple
 
 from .. import metrics
 from ..errors import QueueFull, QueueTimeout
 from .policy import SchedulingPolicy
+
+if TYPE_CHECKING:
+    from ..model_call import Deadline
 
 #: A waiting call whose rejection is nearer than this (seconds) is rejected rather than given a slot: it would
 #: reach its model after its deadline (the hand-over to the model takes about this long).
@@ -50,10 +53,10 @@ class ModelQueue:
         self._closed: Optional[BaseException] = None
         self._delay = policy.timeout_action == "DELAY"
 
-    async def enter(self, level: int, timeout: Optional[float], limit: Optional[float] = None) -> float:
+    async def enter(self, level: int, timeout: Optional[float], deadline: Optional["Deadline"] = None) -> float:
         """Take a slot, waiting for it at ``level`` (0 is the highest) for up to ``timeout`` seconds (then
-        REJECT or DELAY) and never beyond ``limit`` seconds (the call's deadline: then rejected, whatever the
-        action). Returns the seconds waited; raises QueueFull, QueueTimeout, or what :meth:`close` gave.
+        REJECT or DELAY) and never beyond the call's ``deadline`` (then rejected, whatever the action).
+        Returns the seconds waited; raises QueueFull, QueueTimeout, or what :meth:`close` gave.
         Cancelled while waiting, the call leaves the queue and takes no slot."""
         if self._closed is not None:
             raise self._closed
@@ -65,10 +68,11 @@ class ModelQueue:
         if most and self.waiting >= most:
             metrics.queue_rejected(self.model_name, "queue_full")
             raise QueueFull(self.model_name, most)
-        return await self._wait(level, timeout, limit)
+        return await self._wait(level, timeout, deadline)
 
-    async def _wait(self, level: int, timeout: Optional[float], limit: Optional[float]) -> float:
+    async def _wait(self, level: int, timeout: Optional[float], deadline: Optional["Deadline"]) -> float:
         loop = asyncio.get_running_loop()
+        limit = None if deadline is None else max(deadline.at - loop.time(), 0.0)
         waiter = _Waiter(loop.create_future(), level)
         self._levels[level].append((waiter, 0))
         self._counted(level, 1)
@@ -78,9 +82,10 @@ class ModelQueue:
             timers.append(loop.call_later(timeout, self._expire, waiter, timeout))
             if not self._delay:
                 waiter.rejected_at, waiter.timeout = loop.time() + timeout, timeout
-        if limit is not None and (timeout is None or self._delay or limit < timeout):
-            timers.append(loop.call_later(max(limit, 0.0), self._reject, waiter, limit))
-            waiter.rejected_at, waiter.timeout = loop.time() + max(limit, 0.0), limit
+        if deadline is not None and limit is not None and (timeout is None or self._delay or limit < timeout):
+            # the message names the deadline's whole span: the call has waited that long since it arrived
+            timers.append(loop.call_later(limit, self._reject, waiter, deadline.seconds))
+            waiter.rejected_at, waiter.timeout = loop.time() + limit, deadline.seconds
         try:
             await waiter.future
         except asyncio.CancelledError:

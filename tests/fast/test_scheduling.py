@@ -8,6 +8,7 @@ from typing import Any, Awaitable, Callable, List, Optional
 import pytest
 
 from kserve_sdk.errors import InvalidInput, ModelNotReady, QueueFull, QueueTimeout
+from kserve_sdk.model_call import Deadline
 from kserve_sdk.scheduling import Scheduler, SchedulingPolicy
 from kserve_sdk.scheduling.policy import DEFAULTS, request_asks
 from kserve_sdk.scheduling.queue import ModelQueue
@@ -153,6 +154,22 @@ def test_with_reject_a_call_whose_timeout_passes_while_it_waits_is_refused_and_t
     message, order = _run(scenario)
     assert message == "waited 50 ms in model 'm''s queue, the call's timeout; it did not run"
     assert order == ["a", "b"]
+
+
+def test_a_call_whose_deadline_began_before_it_queued_is_refused_at_its_deadline_naming_the_whole_timeout():
+    async def scenario():
+        queue = _queue()
+        await queue.enter(0, None)  # this test holds the one slot
+        deadline = Deadline.after(0.05, "the request's timeout parameter")
+        await asyncio.sleep(0.02)  # the call spent this long before it reached the queue
+        started = time.monotonic()
+        with pytest.raises(QueueTimeout) as info:
+            await queue.enter(0, 0.05, deadline)
+        return str(info.value), time.monotonic() - started, queue.waiting
+
+    message, took, waiting = _run(scenario)
+    assert message == "waited 50 ms in model 'm''s queue, the call's timeout; it did not run"
+    assert took < 0.045 and waiting == 0  # refused at the deadline, not 50 ms after it queued
 
 
 def test_with_delay_a_call_whose_timeout_passes_runs_after_the_others_of_its_level_but_before_lower_levels():
