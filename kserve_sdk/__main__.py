@@ -4,6 +4,7 @@ The script runs as ``__main__`` with ``sys.argv`` set to ``[path/to/model.py, ar
 first on ``sys.path``, as ``python path/to/model.py`` would run it, except that ``kserve`` and
 ``kserve.*`` imports resolve to ``kserve_sdk`` (see :mod:`kserve_sdk.server.import_alias`).
 ``python -m kserve_sdk -m package.module [args...]`` runs a module the same way.
+``python -m kserve_sdk --model_repository DIR [flags...]`` serves a model repository with no script of yours.
 """
 import os
 import runpy
@@ -14,10 +15,25 @@ from .server.import_alias import install
 
 USAGE = """usage: python -m kserve_sdk path/to/model.py [args...]
        python -m kserve_sdk -m package.module [args...]
+       python -m kserve_sdk --model_repository DIR [flags...]
 
 Runs a model script written for KServe on kserve_sdk, unchanged: its `kserve` and `kserve.*`
 imports resolve to `kserve_sdk` and `kserve_sdk.*`. The args are the script's and the server's
-flags (--http_port, --grpc_port, --workers, ...)."""
+flags (--http_port, --grpc_port, --workers, ...). With --model_repository and no script, the
+server serves the models of that folder (docs/model-repository.md)."""
+
+
+def names_repository(argv: List[str]) -> bool:
+    """Whether the command line gives ``--model_repository`` (or KServe's single-dash spelling)."""
+    return any(arg.split("=", 1)[0] in ("--model_repository", "-model_repository") for arg in argv)
+
+
+def serve_repository() -> int:
+    """Serve the model repository the flags name, and no model of a script."""
+    from .model_server import ModelServer
+
+    ModelServer().start([])
+    return 0
 
 
 def main(argv: List[str]) -> int:
@@ -25,6 +41,8 @@ def main(argv: List[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
+    if argv[0].startswith("-") and argv[0] != "-m" and names_repository(argv):
+        return serve_repository()  # the server reads its flags from sys.argv
     if argv[0] == "-m" and len(argv) < 2:
         print("python -m kserve_sdk -m: a module name is expected\n\n" + USAGE, file=sys.stderr)
         return 2

@@ -8,18 +8,30 @@ import asyncio
 import functools
 import inspect
 import time
-from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Tuple
+from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
 from . import tracing
-from .errors import InferenceError, InvalidInput, ModelNotFound, ModelNotReady, ServerBusy, ServerNotReady
+from .errors import (
+    InferenceError,
+    InvalidInput,
+    ModelNotFound,
+    ModelNotReady,
+    ModelUnavailable,
+    ModelVersionNotFound,
+    ServerBusy,
+    ServerNotReady,
+)
 from .lifecycle import Call, Timings, timings_of
 from .model import InferenceModel, InferenceVerb, Model
 from .model_call import CountedStream, Deadline, ModelCall
-from .model_repository import ModelRepository
+from .model_repository import UNLOADED, ModelRepository
 from .protocol.infer_type import InferRequest, InferResponse
+from .protocol.model_repository_extension import ConfigOverride, config_override
 from .protocol.tensor import DataDoesNotFit, Tensor, in_shared_memory
+from .repository.manager import RepositoryManager, ServingHooks
+from .repository.options import RepositoryOptions
 from .scheduling import Scheduler, SchedulingPolicy, Ticket
 from .scheduling.warmup import warm_up
 from .tracing.settings import validated as validated_trace_settings
@@ -37,7 +49,7 @@ except Exception:  # not installed as a distribution (e.g. run from a checkout)
 
 SERVER_NAME = "kserve-sdk"
 SERVER_EXTENSIONS = ["model_repository_extension", "binary_tensor_data", "system_shared_memory", "statistics",
-                     "logging", "model_configuration", "trace"]
+                     "logging", "model_configuration", "trace", "classification"]
 
 #: Model names longer than this are refused (400) unless a model is registered under them.
 MAX_MODEL_NAME_LENGTH = 256
@@ -60,6 +72,42 @@ def check_model_name(name: str) -> None:
 
 async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
+
+
+async def _run_maybe_sync(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)``: a coroutine function awaited, a plain one run in the thread pool (a model's load)."""
+    if inspect.iscoroutinefunction(function):
+        return await function(*args)
+    return await _maybe_await(await asyncio.get_running_loop().run_in_executor(None, function, *args))
+
+
+def served_version(model: Any) -> str:
+    """The version a model serves: its ``version`` attribute, or "1" for a model without one (the version
+    Triton gives a model of a single version). A request naming no version is served too."""
+    version = getattr(model, "version", None)
+    return "1" if version is None or version == "" else str(version)
+
+
+def not_in_repository(name: str) -> ModelNotFound:
+    """The 404 of a load of a name the repository has no model for, in the words Triton's clients look for
+    ("failed to load")."""
+    error = ModelNotFound(name)
+    error.reason = f"failed to load model '{name}': {error.reason}"
+    return error
+
+
+def unavailable(name: str, state: str, reason: str) -> ModelUnavailable:
+    """The 404 of a model the repository knows but does not serve, saying why."""
+    if reason == UNLOADED:
+        return ModelUnavailable(name, f"was unloaded: load it again (POST /v2/repository/models/{name}/load) to "
+                                      "serve it.")
+    return ModelUnavailable(name, f"is {state}" + (f": {reason}" if reason else "."))
+
+
+def repository_config_refused(name: str) -> InvalidInput:
+    """The 400 of a load of a model repository's model with a ``config`` override."""
+    return InvalidInput(f"failed to load model '{name}': a config override cannot be applied to a model of the "
+                        "model repository: set its fields in its model-settings.json")
 
 
 @functools.cache
@@ -91,6 +139,30 @@ def encode_model_answer(model_name: str, encode: Callable[..., Any], *args: Any)
                              f"{type(e).__name__}: {e}") from None
 
 
+class _VersionWarmup:
+    """What :func:`~kserve_sdk.scheduling.warmup.warm_up` asks of the data plane, for a model repository's version
+    that is not served yet: its requests run on that model object, and the registry is left alone (the version
+    is served once they have passed)."""
+
+    def __init__(self, dataplane: "DataPlane", model: Any):
+        self._dataplane, self._model = dataplane, model
+        self.model_registry = self
+        self.infer = dataplane.infer
+
+    @property
+    def draining(self) -> bool:
+        return self._dataplane.draining
+
+    def get_model(self, name: str) -> Any:
+        return self._model
+
+    def begin_warmup(self, name: str, model: Any) -> None:
+        """Nothing to mark: the version is not served during its warm-up."""
+
+    def end_warmup(self, name: str, model: Any, failure: Optional[str]) -> None:
+        """Nothing to mark: the repository serves the version, or not, by the warm-up's outcome."""
+
+
 class DataPlane:
     """Health, metadata, inference and explanation over a model repository."""
 
@@ -112,13 +184,17 @@ class DataPlane:
         self._unloading: set = set()
         #: System shared-memory regions clients registered (Triton's extension).
         self.shared_memory = SharedMemoryRegistry(allow_client_shm)
+        #: The model repository served beside the registered models (``--model_repository``), if any.
+        self.repository: Optional[RepositoryManager] = None
+        # id(model) -> its key in the scheduler, for the versions of repository models (each its own queue)
+        self._queue_keys: Dict[int, str] = {}
         # Set by the server with --workers N: called after a local change (model load/unload, shared-memory
         # registration) as (op, name, args) to pass it to every worker, which apply it with apply_change.
         self.share_change: Optional[Callable[[str, str, Dict[str, Any]], Awaitable[None]]] = None
         #: op -> what applies it here as ``apply(name, args)`` (a coroutine function or a plain one);
         #: a feature that shares its changes between workers adds its op with :meth:`on_change`.
         self._change_appliers: Dict[str, Callable[[str, Dict[str, Any]], Any]] = {
-            "load": lambda name, args: self.load_here(name),
+            "load": lambda name, args: self.load_here(name, args.get("config")),
             "unload": lambda name, args: self.unload_here(name),
             "shm_register": lambda name, args: self.shared_memory.register(
                 name, args["key"], args["offset"], args["byte_size"]),
@@ -151,6 +227,8 @@ class DataPlane:
     async def drain(self, timeout: float) -> bool:
         """Refuse new calls and wait up to ``timeout`` s for those in flight; True when none is left."""
         self.draining = True
+        if self.repository is not None:
+            self.repository.close()  # no more rescans or loads
         if self._in_flight == 0:
             return True
         self._idle = asyncio.Event()
@@ -167,8 +245,13 @@ class DataPlane:
         return Call(protocol, endpoint, headers, model_name, self.model_label)
 
     def model_label(self, name: Optional[str]) -> str:
-        """The model name for metric labels: registered names only, so clients cannot mint labels."""
-        return name if name and self._model_registry.get_model(name) is not None else ""
+        """The model name for metric labels: registered names (and the model repository's) only, so clients
+        cannot mint labels."""
+        if not name:
+            return ""
+        if self._model_registry.get_model(name) is not None:
+            return name
+        return name if self.repository is not None and self.repository.knows(name) else ""
 
     @property
     def model_registry(self) -> ModelRepository:
@@ -187,11 +270,15 @@ class DataPlane:
         return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": SERVER_EXTENSIONS}
 
     async def ready(self) -> bool:
-        """Readiness: not draining, at least one model is registered and every registered model is ready."""
+        """Readiness: not draining, at least one model is registered (or a model repository is served, its
+        start-up loads done) and every registered model is ready."""
         if self.draining:
             return False
+        repository = self.repository
+        if repository is not None and not repository.ready:
+            return False
         names = list(self._model_registry.get_models())
-        if not names:
+        if not names and repository is None:
             return False
         for name in names:
             if not await self._model_registry.is_model_ready(name):
@@ -202,34 +289,95 @@ class DataPlane:
         """Names of the registered models."""
         return list(self._model_registry.get_models())
 
-    def get_model(self, name: str) -> Any:
-        """The model registered as ``name`` (an :class:`~kserve_sdk.model.InferenceModel`); ModelNotFound if
-        there is none."""
-        model = self._model_registry.get_model(name)
+    def get_model(self, name: str, version: Optional[str] = None) -> Any:
+        """The model registered as ``name`` (an :class:`~kserve_sdk.model.InferenceModel`) if it serves
+        ``version`` (see :meth:`check_version`; a model repository's model serving versions side by side: the
+        object of that version); ModelNotFound if there is none (ModelUnavailable, a 404 too, for one the
+        repository knows but does not serve: unloaded, loading, failed to load)."""
+        registry = self._model_registry
+        if version:
+            versions = registry.versions.get(name)
+            if versions is not None:
+                found = versions.get(version)
+                if found is not None:
+                    return found
+                if self.repository is not None:  # another spelling ("01"), or a version not loaded
+                    return self.repository.served_model(name, version)
+        model = registry.get_model(name)
         if model is None:
             check_model_name(name)
+            if self.repository is not None and self.repository.knows(name):
+                return self.repository.served_model(name, version)
+            state = self._model_registry.state_of(name)
+            if state is not None:
+                raise unavailable(name, *state)
             raise ModelNotFound(name)
+        if version:
+            self.check_version(name, model, version)
         return model
 
-    async def model_ready(self, name: str) -> bool:
-        """Whether the named model is ready; ModelNotFound if there is none."""
-        self.get_model(name)
-        return await self._model_registry.is_model_ready(name)
+    def _repository_of(self, name: str) -> Optional[RepositoryManager]:
+        """The model repository serving ``name``, if it does."""
+        repository = self.repository
+        return repository if repository is not None and repository.knows(name) else None
 
-    async def ready_model(self, name: str) -> InferenceModel:
-        """The named model if it can serve: ModelNotFound / ModelNotReady otherwise."""
-        model = self.get_model(name)
-        if name in self._unloading or not await self._model_registry.is_model_ready(name):
-            raise ModelNotReady(name, "It is being unloaded." if name in self._unloading
-                                else self._model_registry.warmups.get(name))
+    @staticmethod
+    def check_version(name: str, model: Any, version: Optional[str]) -> None:
+        """ModelVersionNotFound (404) unless the model serves ``version``: none asked, or the one of
+        :func:`served_version` (compared as numbers when both are: "01" is 1)."""
+        if not version:
+            return
+        served = served_version(model)
+        if version != served and not (version.isascii() and version.isdigit() and served.isdigit()
+                                      and int(version) == int(served)):
+            raise ModelVersionNotFound(name, version, served)
+
+    async def model_ready(self, name: str, version: Optional[str] = None) -> bool:
+        """Whether the named model is ready: False also for a model the repository knows but does not serve
+        (unloaded, loading, failed to load) and while it is being unloaded; ModelNotFound for a name it never
+        knew, ModelVersionNotFound for a version the model does not serve."""
+        if self._model_registry.state_of(name) is not None:
+            return False
+        if self._repository_of(name) is not None:
+            try:  # a repository model's version is served once loaded and warmed up
+                self.get_model(name, version)
+            except (ModelUnavailable, ModelNotReady):
+                return False
+            return True
+        self.get_model(name, version)
+        return name not in self._unloading and await self._model_registry.is_model_ready(name)
+
+    async def ready_model(self, name: str, version: Optional[str] = None, load: bool = True) -> InferenceModel:
+        """The named model if it can serve (``version`` too, when given): ModelNotFound (ModelUnavailable,
+        ModelVersionNotFound) / ModelNotReady otherwise. A model of the model repository in ``lazy`` mode is
+        loaded first, unless ``load`` is False."""
+        try:
+            model = self.get_model(name, version)
+        except (ModelNotFound, ModelNotReady):
+            repository = self.repository
+            if not (load and repository is not None and repository.knows(name)):
+                raise
+            model = await repository.acquire(name, version)
+        registry = self._model_registry
+        if name in self._unloading:
+            raise ModelNotReady(name, "It is being unloaded.")
+        if name not in registry.versions and not await registry.is_model_ready(name):
+            raise ModelNotReady(name, registry.warmups.get(name))
         return model
 
     async def model_metadata(self, name: str, version: Optional[str] = None) -> Dict[str, Any]:
-        """v2 model metadata: name, versions, platform and tensor descriptions."""
-        model = self.get_model(name)
+        """v2 model metadata: name, versions (the model's ``version``, none for a model without one),
+        platform and tensor descriptions."""
+        repository = self._repository_of(name)
+        if repository is not None:  # loaded first in lazy mode
+            model = await self.ready_model(name, version)
+            versions = [v for v in repository.versions_served(name) if v]
+        else:
+            model = self.get_model(name, version)
+            versions = [served_version(model)] if getattr(model, "version", None) not in (None, "") else []
         return {
             "name": name,
-            "versions": [version] if version else [],
+            "versions": versions,
             "platform": "",
             "inputs": await _maybe_await(model.get_input_types()),
             "outputs": await _maybe_await(model.get_output_types()),
@@ -237,8 +385,9 @@ class DataPlane:
 
     async def model_config(self, name: str, version: Optional[str] = None) -> Dict[str, Any]:
         """Triton's model configuration of the named model (see :mod:`kserve_sdk.triton.model_config`)."""
-        model = self.get_model(name)
-        scheduling = self.scheduler.policy_of(name, model).triton_config(name)  # the merged policy's fields
+        in_repository = self._repository_of(name) is not None
+        model = await self.ready_model(name, version) if in_repository else self.get_model(name, version)
+        scheduling = self.scheduler.policy_of(self._queue_key(name, model), model).triton_config(name)
         return triton_config(name, await _maybe_await(model.get_input_types()),
                              await _maybe_await(model.get_output_types()), getattr(model, "max_batch_size", None),
                              getattr(model, "max_latency_ms", 0.0), scheduling)
@@ -281,7 +430,7 @@ class DataPlane:
         """Triton's statistics for one model (every served model when ``name`` is empty), summed over workers:
         counts and cumulative times of successes, failures and the pre/predict/postprocess stages."""
         if name:
-            self.get_model(name)
+            self.get_model(name, version)
         return statistics.statistics([name] if name else sorted(self.list_models()), version)
 
     # --- inference ----------------------------------------------------------------------------------
@@ -308,21 +457,38 @@ class DataPlane:
     async def _call(self, model_name: str, request: Any, headers: Optional[Dict[str, str]],
                     verb: InferenceVerb, model: Optional[InferenceModel],
                     call: Optional[Call]) -> Tuple[Any, Dict[str, str]]:
-        if model is None:
-            model = await self.ready_model(model_name)
         headers = {} if headers is None else headers
         v2 = isinstance(request, InferRequest)
-        shm = v2 and uses_shared_memory(request)
-        if shm:
-            self.shared_memory.read_inputs(request)
-        model_call = self.model_call(model_name, call, headers, model, request.parameters if v2 else None)
-        answer = self._run_model(model, request, headers, verb, model_call.timings)
-        response, response_headers = await model_call.run(answer)
-        if v2:
-            response = self._as_v2_response(model_name, request, response)
-            if shm and isinstance(response, InferResponse):
-                self.shared_memory.write_outputs(request, response)
-        return response, response_headers or {}
+        if model is None:
+            model = await self.ready_model(model_name, request.model_version or None if v2 else None)
+        elif v2 and request.model_version:
+            versions = self._model_registry.versions.get(model_name)
+            if versions is None:
+                self.check_version(model_name, model, request.model_version)
+            else:  # a repository model serving versions side by side: the object of the version asked
+                found: Any = versions.get(request.model_version)
+                model = found if found is not None else await self.ready_model(model_name, request.model_version)
+        repository = self.repository
+        if repository is not None:
+            repository.begin(model)  # used now, and not evicted while the call runs
+        try:
+            shm = v2 and uses_shared_memory(request)
+            if shm:
+                self.shared_memory.read_inputs(request)
+            model_call = self.model_call(model_name, call, headers, model, request.parameters if v2 else None)
+            answer = self._run_model(model, request, headers, verb, model_call.timings)
+            response, response_headers = await model_call.run(answer)
+            if v2:
+                response = self._as_v2_response(model_name, request, response)
+                if (shm or repository is not None) and isinstance(response, InferResponse):
+                    if shm:
+                        self.shared_memory.write_outputs(request, response)
+                    if repository is not None and response.model_version is None:
+                        response.model_version = self._version_answering(model)
+            return response, response_headers or {}
+        finally:
+            if repository is not None:
+                repository.end(model)
 
     def model_call(self, model_name: str, call: Optional[Call], headers: Optional[Dict[str, str]] = None,
                    model: Any = None, parameters: Optional[Dict[str, Any]] = None) -> ModelCall:
@@ -335,8 +501,18 @@ class DataPlane:
             headers = call.headers if call is not None else {}
         if model is None:
             model = self._model_registry.get_model(model_name)
-        ticket, deadline = self.scheduler.admit(model_name, model, parameters, headers)
+        ticket, deadline = self.scheduler.admit(self._queue_key(model_name, model), model, parameters, headers)
         return ModelCall(self, model_name, timings_of(call), headers, ticket, deadline)
+
+    def _version_answering(self, model: Any) -> Optional[str]:
+        """The version of a repository model that answered a request naming none (None for other models)."""
+        version = getattr(model, "version", None)
+        return version if version and id(model) in self._queue_keys else None
+
+    def _queue_key(self, model_name: str, model: Any) -> str:
+        """The model's key in the scheduler: its name, or for a version of a repository model served beside
+        others, ``name/version`` (each version has its own queue)."""
+        return self._queue_keys.get(id(model), model_name) if self._queue_keys else model_name
 
     @staticmethod
     def _run_model(model: Any, request: Any, headers: Dict[str, str], verb: InferenceVerb,
@@ -361,7 +537,8 @@ class DataPlane:
         closed at once when the caller stops iterating (a client that went away). ``call`` is the
         adapter's :class:`~kserve_sdk.lifecycle.Call` (its protocol names the stream in metrics).
         """
-        model: Any = await self.ready_model(model_name)
+        version = request.model_version if isinstance(request, InferRequest) else None
+        model: Any = await self.ready_model(model_name, version or None)
         if isinstance(request, InferRequest) and uses_shared_memory(request):
             self.shared_memory.read_inputs(request)
             if any(in_shared_memory(wanted) for wanted in request.request_outputs or ()):
@@ -373,11 +550,19 @@ class DataPlane:
         streams = callable(getattr(model, "stream", None))
         items = model.stream(request, headers, response_headers, timings) if streams else None
         protocol = call.protocol if call is not None else protocol
-        ticket, deadline = self.scheduler.admit(
-            model_name, model, request.parameters if isinstance(request, InferRequest) else None, headers)
-        async for item in self.counted_stream(model_name, items, headers, protocol, timings, model, request,
-                                              deadline=deadline, ticket=ticket):
-            yield self._as_v2_response(model_name, request, item) if isinstance(request, InferRequest) else item
+        ticket, deadline = self.scheduler.admit(self._queue_key(model_name, model), model,
+                                                request.parameters if isinstance(request, InferRequest) else None,
+                                                headers)
+        repository = self.repository
+        if repository is not None:
+            repository.begin(model)  # a repository model is not evicted, nor stopped by a reload, mid-stream
+        try:
+            async for item in self.counted_stream(model_name, items, headers, protocol, timings, model, request,
+                                                  deadline=deadline, ticket=ticket):
+                yield self._as_v2_response(model_name, request, item) if isinstance(request, InferRequest) else item
+        finally:
+            if repository is not None:
+                repository.end(model)
 
     async def stream_in(self, model_name: str, requests: AsyncIterator[Any], headers: Dict[str, str],
                         protocol: str = "", call: Optional[Call] = None) -> AsyncIterator[Any]:
@@ -387,15 +572,24 @@ class DataPlane:
 
         async def remembered():  # answers take their output choices from the latest request consumed
             async for request in requests:
+                if isinstance(request, InferRequest) and request.model_version:
+                    self.check_version(model_name, model, request.model_version)
                 seen[0] = request
                 yield request
 
         items = model.stream_in(remembered(), headers)
         protocol = call.protocol if call is not None else protocol
-        ticket, deadline = self.scheduler.admit(model_name, model, None, headers)
-        async for item in self.counted_stream(model_name, items, headers, protocol, timings_of(call),
-                                              deadline=deadline, ticket=ticket):
-            yield self._as_v2_response(model_name, seen[0], item) if isinstance(seen[0], InferRequest) else item
+        ticket, deadline = self.scheduler.admit(self._queue_key(model_name, model), model, None, headers)
+        repository = self.repository
+        if repository is not None:
+            repository.begin(model)
+        try:
+            async for item in self.counted_stream(model_name, items, headers, protocol, timings_of(call),
+                                                  deadline=deadline, ticket=ticket):
+                yield self._as_v2_response(model_name, seen[0], item) if isinstance(seen[0], InferRequest) else item
+        finally:
+            if repository is not None:
+                repository.end(model)
 
     def counted_stream(self, model_name: str, items: Optional[AsyncGenerator[Any, None]], headers: Dict[str, str],
                        protocol: str, timings: Timings, model: Any = None, request: Any = None,
@@ -436,6 +630,8 @@ class DataPlane:
                 response.id = request.id
             if response.model_name is None:
                 response.model_name = model_name
+            if response.model_version is None and request.model_version:
+                response.model_version = request.model_version
             return response
         if isinstance(response, (dict, bytes, str)):
             return response
@@ -443,20 +639,70 @@ class DataPlane:
 
     # --- repository ---------------------------------------------------------------------------------
     async def repository_index(self) -> List[Dict[str, str]]:
-        """Every model the repository knows, with its state (READY, UNAVAILABLE, LOADING) and reason."""
-        return await self._model_registry.index()
+        """Every model the repository knows, with its state (READY, UNAVAILABLE, LOADING) and reason; and every
+        version of every model of the model repository (``--model_repository``), loaded or not."""
+        entries = await self._model_registry.index()
+        repository = self.repository
+        if repository is None:
+            return entries
+        return [entry for entry in entries if not repository.knows(entry["name"])] + repository.index()
 
-    async def load(self, name: str) -> None:
+    # --- the model repository (--model_repository) ----------------------------------------------------------
+    def open_repository(self, options: RepositoryOptions) -> None:
+        """Serve the model repository ``options`` describe beside the registered models (which keep their
+        names): it is read now, its problems logged once, before workers fork; :meth:`start_repository` loads
+        it on each worker's event loop. RepositoryError when it cannot be read."""
+        hooks = ServingHooks(self._serve_version, self._withdraw_version, self._warm_up_version)
+        self.repository = RepositoryManager.open(options, hooks, self._model_registry.get_models())
+
+    def start_repository(self) -> None:
+        """Begin loading the model repository's models as its control mode says (on the running loop)."""
+        if self.repository is not None:
+            self.repository.start()
+
+    def _serve_version(self, name: str, version: str, model: Any, default: bool) -> None:
+        key = f"{name}/{version}" if version else name
+        try:
+            self.scheduler.policy_of(key, model)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"its scheduling policy is wrong: {e}") from None
+        model.enable_latency_logging = self.enable_latency_logging
+        self._queue_keys[id(model)] = key
+        self._model_registry.add_version(name, version, model, default)
+
+    def _withdraw_version(self, name: str, version: str, model: Any) -> None:
+        key = self._queue_keys.pop(id(model), name)
+        if self._model_registry.remove_version(name, version, model):
+            self.scheduler.forget(key, ModelNotReady(name, "It is being unloaded."))
+
+    async def _warm_up_version(self, name: str, model: Any) -> Optional[str]:
+        version = getattr(model, "version", "")
+        self._queue_keys[id(model)] = f"{name}/{version}" if version else name
+        return await warm_up(_VersionWarmup(self, model), name, model)  # type: ignore[arg-type]  # what it uses
+
+    async def load(self, name: str, parameters: Optional[Mapping[str, Any]] = None) -> None:
         """Load a model through the repository's ``load(name)`` (sync ones run in the thread pool), in
         this worker and then in every other.
 
-        A load that raises leaves the model UNAVAILABLE with the error as reason and is answered as an
-        InferenceError; one that returns False is ModelNotFound. Other models are unaffected.
+        ``parameters`` are the load request's (Triton's): ``config``, a model configuration as JSON, whose
+        ``max_batch_size``, ``dynamic_batching`` (queue delay, priorities, default queue policy) and
+        ``instance_group`` count are applied over the model's own settings (a load without it puts them
+        back); ``file:`` parameters are refused; others are ignored. A bad one is InvalidInput, and nothing
+        changes.
+
+        A repository whose ``load`` returns False serves again the model it unloaded under that name, or
+        leaves the served one in place; for a name it has no model for, the load is ModelNotFound. A load
+        that raises leaves the model UNAVAILABLE with the error as reason and is answered as an
+        InferenceError. Other models are unaffected.
         """
         check_model_name(name)
-        await self.load_here(name)
+        config = (parameters or {}).get("config")
+        if config is not None and self._repository_of(name) is not None:
+            raise repository_config_refused(name)
+        self._override(name, parameters)  # file: parameters and a config that is not a string are refused here
+        await self.load_here(name, config)
         if self.share_change is not None:
-            await self.share_change("load", name, {})
+            await self.share_change("load", name, {} if config is None else {"config": config})
 
     async def unload(self, name: str, timeout: float = 60.0) -> None:
         """Unload a model here and then in every other worker (see :meth:`unload_here`)."""
@@ -464,30 +710,80 @@ class DataPlane:
         if self.share_change is not None:
             await self.share_change("unload", name, {})
 
-    async def load_here(self, name: str) -> None:
-        """Load a model in this process only, then run its warm-up requests (it is ready once they pass; a
+    async def load_here(self, name: str, config: Optional[str] = None) -> None:
+        """Load a model in this process only (``config``: the load's config override, as JSON), then run the
+        warm-up requests of a model new or loaded again, or whose warm-up failed (it is ready once they pass; a
         failing one fails the load, and the model stays registered, not ready, with the failure as reason)."""
+        if await self._load_from_repository(name, config):
+            return
+        override = self._override(name, None if config is None else {"config": config})
         registry = self._model_registry
+        served, state = registry.get_model(name), registry.states.get(name)
         registry.states[name] = ("LOADING", "")
         try:
-            loader = registry.load
-            if inspect.iscoroutinefunction(loader):
-                loaded = await loader(name)
-            else:
-                loaded = await asyncio.get_running_loop().run_in_executor(None, loader, name)
+            loaded = await _run_maybe_sync(registry.load, name) or served is not None or await self._load_again(name)
         except Exception as e:
             registry.states[name] = ("UNAVAILABLE", f"{type(e).__name__}: {e}")
             raise InferenceError(f"failed to load model '{name}': {type(e).__name__}: {e}") from None
         if not loaded:
             registry.states.pop(name, None)
-            raise ModelNotFound(name)
+            if state is not None:
+                registry.states[name] = state
+            raise not_in_repository(name)
         registry.states.pop(name, None)
         model = registry.get_model(name)
-        if model is not None:
-            self._check_policy(name, model)
-        failure = await warm_up(self, name, model) if model is not None else None
+        if model is None:
+            return
+        if registry.configure(name, model, override, self.scheduler.defaults):
+            self.scheduler.forget(name, ModelNotReady(name, "Its configuration changed while the call waited; "
+                                                            "retry."))
+        self._check_policy(name, model)
+        # a model new or loaded again warms up; one left in place only when its warm-up failed before
+        again = model is not served or (name in registry.warmups and not registry.warming_up(name))
+        failure = await warm_up(self, name, model) if again else None
         if failure is not None:
             raise InferenceError(f"failed to load model '{name}': {failure}")
+
+    async def _load_from_repository(self, name: str, config: Optional[str]) -> bool:
+        """Load ``name`` from the model repository's folder when it holds it (and no model of the server's own
+        code has that name); whether it did."""
+        repository, registry = self.repository, self._model_registry
+        if repository is None:
+            return False
+        if not repository.knows(name) and (registry.get_model(name) is not None or name in registry.unloaded
+                                           or name in registry.states):
+            return False
+        if config is not None:
+            raise repository_config_refused(name)
+        return await repository.load(name)
+
+    def _override(self, name: str, parameters: Optional[Mapping[str, Any]]) -> Optional[ConfigOverride]:
+        """The config override of a load's ``parameters``, checked against the model it would change (the one
+        served or unloaded as ``name``); InvalidInput names what is wrong, before anything changes."""
+        registry = self._model_registry
+        try:
+            override = config_override(parameters)
+            model = registry.get_model(name) or registry.unloaded_model(name)
+            if override is not None and model is not None:
+                registry.configured(name, model, override, self.scheduler.defaults)
+        except InvalidInput as e:
+            raise InvalidInput(f"failed to load model '{name}': {e}") from None
+        return override
+
+    async def _load_again(self, name: str) -> bool:
+        """Serve again the model unloaded as ``name``, as the server first served it: its ``load()`` (in the
+        thread pool when plain), ``start()`` and engine. False when no model was unloaded under that name."""
+        model: Any = self._model_registry.unloaded_model(name)
+        if model is None:
+            return False
+        await _run_maybe_sync(model.load)
+        if not getattr(model, "ready", True):
+            raise RuntimeError(f"model '{name}' is not ready after its load()")
+        model.start()
+        if model.engine:
+            await model.start_engine()
+        self._model_registry.update(model, name)
+        return True
 
     def _check_policy(self, name: str, model: Any) -> None:
         """A loaded model's scheduling policy must hold together: else the model is unloaded again, UNAVAILABLE
@@ -501,8 +797,17 @@ class DataPlane:
             raise InvalidInput(f"failed to load model '{name}': {reason}") from None
 
     async def unload_here(self, name: str, timeout: float = 60.0) -> None:
-        """Stop and remove a model in this process once its calls in flight have finished (up to
-        ``timeout`` s); new calls to it are refused meanwhile. ModelNotFound if there is none."""
+        """Stop a model in this process once its calls in flight have finished (up to ``timeout`` s); new
+        calls to it are refused meanwhile. It stays in the index, UNAVAILABLE (``unloaded``), until a load
+        serves it again. A model the repository knows but does not serve (unloaded already, loading, failed
+        to load) is left as it is; a name it never knew is ModelNotFound. Every version of a model of the model
+        repository is unloaded, each once its calls have ended."""
+        repository = self._repository_of(name)
+        if repository is not None:
+            await repository.unload(name)
+            return
+        if self._model_registry.state_of(name) is not None:
+            return
         self.get_model(name)
         self._unloading.add(name)
         self.scheduler.forget(name, ModelNotReady(name, "It is being unloaded."))

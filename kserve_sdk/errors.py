@@ -56,6 +56,18 @@ class PayloadTooLarge(InvalidInput):
     grpc_code = "RESOURCE_EXHAUSTED"
 
 
+class HeadersTooLarge(InvalidInput):
+    """The request's headers are larger than the server reads (HTTP 431; the connection then closes)."""
+
+    http_status = HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE
+
+
+class UnsupportedEncoding(InvalidInput):
+    """The request body is in a ``Content-Encoding`` the server does not undo (HTTP 415)."""
+
+    http_status = HTTPStatus.UNSUPPORTED_MEDIA_TYPE
+
+
 class ServerBusy(RuntimeError):
     """This worker is already answering ``--max_concurrent_requests`` calls (HTTP 503 with ``Retry-After``,
     gRPC UNAVAILABLE): refused at once rather than queued."""
@@ -145,17 +157,44 @@ def naming_the_model(model_name: str) -> Iterator[None]:
 
 
 class ModelNotFound(Exception):
-    """No model with this name is registered (HTTP 404, gRPC NOT_FOUND)."""
+    """No model with this name is registered (HTTP 404, gRPC NOT_FOUND). The message carries Triton's sentence
+    (which Triton's clients look for) and KServe's."""
 
     http_status = HTTPStatus.NOT_FOUND
     grpc_code = "NOT_FOUND"
 
     def __init__(self, model_name: Optional[str] = None):
         self.model_name = model_name
-        self.reason = f"Model with name {model_name} does not exist."
+        self.reason = (f"Request for unknown model: '{model_name}' is not found. "
+                       f"Model with name {model_name} does not exist.")
 
     def __str__(self) -> str:
         return self.reason
+
+
+class ModelUnavailable(ModelNotFound):
+    """The repository knows the model but serves no version of it: unloaded, loading, or its load failed
+    (HTTP 404, gRPC NOT_FOUND, as Triton answers a model without an available version). ``detail`` completes
+    the sentence "Model <name> ..."."""
+
+    def __init__(self, model_name: str, detail: str):
+        self.model_name = model_name
+        self.reason = (f"Request for unknown model: '{model_name}' has no available versions. "
+                       f"Model {model_name} {detail}")
+
+
+class ModelVersionNotFound(ModelNotFound):
+    """The model does not serve the version a request names (HTTP 404, gRPC NOT_FOUND); ``served`` lists
+    the versions it does serve."""
+
+    def __init__(self, model_name: str, version: str, served: str):
+        self.model_name = model_name
+        numbered = all(part.strip().isdigit() for part in served.split(","))  # else names ("v1", a repository's)
+        triton = (f"Request for unknown model: '{model_name}' version {int(version)} is not found."
+                  if version.isascii() and version.isdigit() else
+                  f"failed to get model version from specified version string '{version}': it is not a number."
+                  if numbered else f"Request for unknown model: '{model_name}' version '{version}' is not found.")
+        self.reason = f"{triton} Model '{model_name}' has no version '{version}'; versions served: {served}."
 
 
 class ModelNotReady(RuntimeError):
@@ -224,6 +263,20 @@ class SharedMemoryForbidden(RuntimeError):
         return "system shared memory is off on this server; start it with --allow_client_shm true to use it"
 
 
+class PermissionDenied(RuntimeError):
+    """The request lacks the header that opens a restricted group of APIs (``--http_restricted_api``,
+    ``--grpc_restricted_protocol``): HTTP 403, gRPC PERMISSION_DENIED."""
+
+    http_status = HTTPStatus.FORBIDDEN
+    grpc_code = "PERMISSION_DENIED"
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.reason
+
+
 class NoModelReady(RuntimeError):
     """``ModelServer.start`` was given models and none of them is ready."""
 
@@ -263,7 +316,8 @@ def grpc_code_of(exc: BaseException) -> str:
 
 
 #: HTTP status <-> gRPC status code name, one row each, as google.rpc.Code pairs them, plus 413 for a
-#: message larger than the server takes (gRPC answers that RESOURCE_EXHAUSTED). Both directions below
+#: message larger than the server takes (gRPC answers that RESOURCE_EXHAUSTED) and REST's own refusals of a
+#: body's encoding (415) and of headers too large (431), the client's errors. Both directions below
 #: take the first row that matches: RESOURCE_EXHAUSTED reads as 413, as the server answers it.
 STATUS_TABLE: Tuple[Tuple[int, str], ...] = (
     (400, "INVALID_ARGUMENT"),
@@ -272,7 +326,9 @@ STATUS_TABLE: Tuple[Tuple[int, str], ...] = (
     (404, "NOT_FOUND"),
     (409, "ALREADY_EXISTS"),
     (413, "RESOURCE_EXHAUSTED"),
+    (415, "INVALID_ARGUMENT"),
     (429, "RESOURCE_EXHAUSTED"),
+    (431, "INVALID_ARGUMENT"),
     (499, "CANCELLED"),
     (500, "INTERNAL"),
     (501, "UNIMPLEMENTED"),

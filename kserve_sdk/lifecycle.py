@@ -4,8 +4,8 @@ A protocol adapter (REST v1 and v2, Server-Sent Events, CloudEvents, gRPC unary 
 :class:`Call` when a request arrives and closes it when its answer has gone out. Everything a call goes
 through apart from its wire format happens here:
 
-- its request id: the client's ``x-request-id``, or one minted for it, which every answer carries
-  (errors included);
+- its request id: the client's ``x-request-id`` (up to 256 characters), or one minted for it, which every
+  answer carries (errors included);
 - the in-flight gauge while it runs, then one count in ``kserve_requests_total`` and the duration
   histogram, with the status the adapter put on the wire;
 - a :class:`Timings` record handed down to the model's stages and the batcher, which add their
@@ -77,12 +77,22 @@ def new_request_id() -> str:
     return f"{_prefix}{next(_serial) & 0xFFFFFFFFFFFF:012x}"
 
 
+#: The longest ``x-request-id`` taken from a client; a longer one is replaced by a minted id.
+MAX_REQUEST_ID = 256
+
+
 def take_request_id(headers: Dict[str, str]) -> str:
     """The client's ``x-request-id`` in ``headers`` (lowercase names), or a new one, added to them so the
-    model and a forwarded request see the same id."""
+    model and a forwarded request see the same id. One longer than :data:`MAX_REQUEST_ID` characters is
+    replaced by a new one (logged once, without its value): it would be echoed and logged on every line."""
     request_id = headers.get("x-request-id")
     if request_id is None:
         request_id = headers["x-request-id"] = new_request_id()
+    elif len(request_id) > MAX_REQUEST_ID:
+        length, request_id = len(request_id), new_request_id()
+        headers["x-request-id"] = request_id
+        logger.warning("an x-request-id of %d characters (more than %d) was replaced by %s", length,
+                       MAX_REQUEST_ID, request_id)
     return request_id
 
 

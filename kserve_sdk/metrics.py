@@ -73,6 +73,37 @@ class _Metrics:
                                       ["model_name"], buckets=(0, 1, 2, 3, 5, 10, float("inf")))
 
 
+class _RepositoryMetrics:
+    """The model repository's metrics, made when a repository first records one: the unlabelled ones write
+    their values as soon as they exist, and a server without a repository keeps none."""
+
+    def __init__(self) -> None:
+        from prometheus_client import Counter, Gauge, Histogram
+
+        self.loaded = Gauge("kserve_repository_loaded_models", "Models of the model repository loaded (or loading) "
+                            "in memory", multiprocess_mode="livesum")
+        self.loads = Counter("kserve_repository_loads", "Loads of model repository versions, by outcome (loaded, "
+                             "failed, no_room)", ["outcome"])
+        self.evictions = Counter("kserve_repository_evictions", "Idle models unloaded to make room for another "
+                                 "within the memory budget")
+        self.load_seconds = Histogram("kserve_repository_load_seconds", "Time to load a model repository version "
+                                      "(build, load, warm-up)", buckets=(.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30,
+                                                                         60, 300, float("inf")))
+        self.memory = Gauge("kserve_repository_model_memory_bytes", "What a loaded model repository version takes "
+                            "in memory", ["model_name", "version"], multiprocess_mode="livesum")
+
+
+_repository_metrics: Optional[_RepositoryMetrics] = None
+
+
+def _repository() -> Optional[_RepositoryMetrics]:
+    """The repository's metrics (made at the first call), None until ``setup()`` has run."""
+    global _repository_metrics
+    if _m is not None and _repository_metrics is None:
+        _repository_metrics = _RepositoryMetrics()
+    return _repository_metrics
+
+
 def setup() -> None:
     """Choose the metrics directory (before prometheus-client is imported) and create the metrics."""
     global _m, _own_dir
@@ -210,6 +241,35 @@ def queue_rejected(model_name: str, reason: str) -> None:
         _child(_m.queue_rejected, model_name, reason).inc()
 
 
+def repository_load_finished(outcome: str, seconds: float) -> None:
+    """A model repository version's load ended after ``seconds``: ``loaded``, ``failed`` or ``no_room``."""
+    repository = _repository()
+    if repository is not None:
+        repository.loads.labels(outcome).inc()
+        repository.load_seconds.observe(seconds)
+
+
+def repository_loaded(count: int) -> None:
+    """``count`` model repository versions are in this worker's memory now."""
+    repository = _repository()
+    if repository is not None:
+        repository.loaded.set(count)
+
+
+def repository_evicted() -> None:
+    """An idle model was unloaded to make room for another."""
+    repository = _repository()
+    if repository is not None:
+        repository.evictions.inc()
+
+
+def repository_model_memory(model_name: str, version: str, size: int) -> None:
+    """A model repository version takes ``size`` bytes in this worker (0 once unloaded)."""
+    repository = _repository()
+    if repository is not None:
+        repository.memory.labels(model_name, version).set(size)
+
+
 def job_submitted(model_name: str) -> None:
     """A durable job of ``model_name`` was submitted (or queued again)."""
     if _m is not None:
@@ -276,4 +336,9 @@ def render(accept: Optional[str]) -> Tuple[bytes, str]:
     else:
         from prometheus_client import REGISTRY as registry
     encoder, content_type = exposition.choose_encoder(accept or "")
+    for _ in range(2):
+        try:
+            return encoder(registry), content_type
+        except FileNotFoundError:  # a dead worker's file went (folded into the dead totals) while it was read
+            continue
     return encoder(registry), content_type

@@ -242,6 +242,11 @@ class Model(InferenceModel):
         return bool(self.max_batch_size and self.max_batch_size > 1 and isinstance(payload, InferRequest)
                     and not self.return_response_headers)
 
+    def batching_changed(self) -> None:
+        """Call after changing ``max_batch_size`` or ``max_latency_ms`` of a model already serving: the next
+        call batches with the new values (calls already waiting in a batch finish with the old ones)."""
+        self._batcher = None
+
     def _batching(self):
         if self._batcher is None:
             from .batching import Batcher

@@ -10,11 +10,9 @@ import os
 import signal
 import socket
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Coroutine, Dict, List, Optional
 
-from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
 from . import context, executor, metrics, tracing
@@ -35,7 +33,7 @@ from .handlers import streaming as streams_api
 from .handlers import v1 as v1_api
 from .handlers import v2 as v2_api
 from .handlers.api import RestAPI
-from .handlers.http import make_app
+from .handlers.http import HTTPServerWithLimits, make_app
 from .internals.argparse_exact import ExactOneDashParser
 from .jobs import api as jobs_api
 from .jobs import service as jobs_service
@@ -46,9 +44,11 @@ from .model import BaseKServeModel
 from .model_repository import ModelRepository
 from .openai import api as openai_api
 from .predictor_config import PredictorConfig
+from .repository.options import RepositoryOptions
 from .scheduling import SchedulingPolicy
 from .scheduling.policy import DEFAULTS as SCHEDULING_FIELDS
 from .scheduling.warmup import start_warmups
+from .security import Security
 from .server.startup import StartupFailure, bind_failure, check_port_free, warn_near_misses
 from .server.tls import CertificatePair, TLSError
 from .storage import StorageError, resolve_model_dir
@@ -134,6 +134,22 @@ _flag("timeout_action", default="REJECT", type=str.upper, choices=["REJECT", "DE
       help="A waiting call whose timeout passes is answered 504 (REJECT) or runs after its level's others (DELAY).")
 _flag("allow_timeout_override", default=True, type=strtobool,
       help="Whether a request's `timeout` parameter may shorten --default_timeout_microseconds.")
+# A model repository (kserve_sdk/repository, docs/model-repository.md): a folder of models served beside the
+# script's own, loaded and unloaded under a control mode, within a memory budget.
+_flag("model_repository", default=None, type=str,
+      help="Serve the models of this folder (or storage URI): one folder per model with a model-settings.json "
+           "(MLServer's) or numbered version folders (Triton's).")
+_flag("model_control_mode", default="none", type=str.lower, choices=["none", "explicit", "poll", "lazy"],
+      help="none: load every repository model at start; explicit: only the repository API loads; poll: rescan "
+           "every --repository_poll_secs; lazy: a model loads on its first request.")
+_flag("repository_poll_secs", default=15.0, type=float, help="Seconds between rescans of the repository (poll).")
+_flag("max_loaded_models", default=0, type=non_negative_int,
+      help="Repository models one worker keeps loaded; the least recently used idle one is unloaded to make room "
+           "(0: no limit).")
+_flag("max_model_memory_mb", default=0.0, type=float,
+      help="Memory (MB) the repository models of one worker may take; idle ones are unloaded to make room "
+           "(0: no limit).")
+_flag("model_load_threads", default=4, type=int, help="Repository models loaded at once, each on a thread.")
 # Durable jobs (kserve_sdk/jobs, docs/jobs.md): where they are kept and how each worker runs them.
 _flag("jobs_store", default=DEFAULT_JOBS_STORE, type=str,
       help="Where durable jobs are kept: sqlite:///path/to/file (one file shared by the workers, made at the "
@@ -155,6 +171,22 @@ _flag("job_concurrency", default=4, type=int,
 _flag("allow_client_shm", default=False, type=strtobool,
       help="Let clients register system shared-memory regions (/v2/systemsharedmemory) and pass tensors "
            "through them. Off by default: a client could read and write this host's shared memory.")
+_flag("max_shm_regions", default=1024, type=non_negative_int,
+      help="System shared-memory regions one worker keeps registered; one more is refused (0: no limit).")
+# Security (docs/security.md): who may call which group of APIs, and client certificates.
+_flag("http_restricted_api", default=None, action="append", metavar="GROUPS:KEY=VALUE",
+      help="Restrict REST API groups (comma-separated: health, metadata, inference, shared-memory, model-config, "
+           "model-repository, statistics, trace, logging, jobs, metrics, docs) to requests carrying the header "
+           "KEY with VALUE; others are answered 403. Repeatable.")
+_flag("grpc_restricted_protocol", default=None, action="append", metavar="GROUPS:KEY=VALUE",
+      help="Restrict gRPC API groups (the names of --http_restricted_api) to calls carrying the metadata KEY "
+           "with VALUE; others are answered PERMISSION_DENIED. Repeatable.")
+_flag("ssl_ca_certs", default=None, type=str,
+      help="Require client certificates signed by these CAs (PEM) on HTTPS and, with --grpc_ssl, gRPC "
+           "(mutual TLS; reloaded when the file changes).")
+_flag("send_timeout_seconds", default=300.0, type=float,
+      help="Seconds an answer may wait for a client that does not read it before the connection is closed "
+           "(0: no limit).")
 _flag("body_timeout_seconds", default=300, type=float,
       help="Seconds a client may take to send a REST request body before the connection is closed.")
 _flag("ssl_certfile", default=os.environ.get(KSERVE_TLS_CERT_FILE_ENV), type=str, help="Serve HTTPS with this cert.")
@@ -308,12 +340,14 @@ class ModelServer:
             args.enable_predictor_health_check))
         self.dataplane = DataPlane(self.registered_models, enable_latency_logging, args.max_concurrent_requests,
                                    args.request_timeout_seconds, args.allow_client_shm, scheduling_defaults(args))
+        self.dataplane.shared_memory.max_regions = args.max_shm_regions
         #: Durable jobs (the ``--jobs_store`` and ``--job_*`` flags); ``store_url`` None turns them off.
         self.job_options = job_options(args)
         self._stopping: Optional[asyncio.Event] = None
         self._servers: List[Any] = []
         self._custom_exception_handler: Optional[ExceptionHandler] = None
         self._tls: Optional[CertificatePair] = None  # the HTTPS/gRPC pair, loaded by start()
+        self._security = Security()  # the restricted API groups (--http_restricted_api, ...), parsed by start()
 
     def register_model(self, model: BaseKServeModel, name: Optional[str] = None) -> None:
         """Serve ``model`` under ``name`` (default: its own name); a second name serves it twice."""
@@ -331,6 +365,8 @@ class ModelServer:
         """
         try:
             self._register_ready(models)
+            if args.model_repository:  # read once, before workers fork; each worker loads its own models
+                self.dataplane.open_repository(RepositoryOptions.from_flags(args))
             warn_near_misses(_unknown_args, parser)
             self._check_startup()
         except (NoModelReady, StartupFailure, ValueError) as e:  # ValueError: a model's bad warm-up list
@@ -373,9 +409,15 @@ class ModelServer:
             raise StartupFailure("--grpc_ssl needs --ssl_certfile and --ssl_keyfile")
         if self.ssl_certfile:
             try:
-                self._tls = CertificatePair(self.ssl_certfile, self.ssl_keyfile)
+                self._tls = CertificatePair(self.ssl_certfile, self.ssl_keyfile, args.ssl_ca_certs)
             except TLSError as e:
                 raise StartupFailure(str(e)) from None
+        if args.ssl_ca_certs and not self.ssl_certfile:
+            raise StartupFailure("--ssl_ca_certs (client certificates) needs --ssl_certfile and --ssl_keyfile")
+        try:
+            self._security = Security.from_flags(args)
+        except ValueError as e:
+            raise StartupFailure(str(e)) from None
         self._check_scheduling()
         try:
             self.job_options.check()
@@ -456,6 +498,7 @@ class ModelServer:
                     f" and gRPC on port {self.grpc_port}" if self.enable_grpc else "",
                     type(loop).__module__.split(".")[0])
         start_warmups(self.dataplane)  # in the background: the server answers meanwhile, the models not ready
+        self.dataplane.start_repository()  # the same: the repository's models load as its control mode says
         if jobs is not None:
             await jobs.start()  # a job of a model still warming up waits for it
         await self._stopping.wait()
@@ -467,40 +510,24 @@ class ModelServer:
         has them)."""
         from .server.workers import ControlChannel
 
-        channel, lock = ControlChannel(control_dir), asyncio.Lock()
-
-        async def apply_unseen() -> None:
-            async with lock:
-                for key, op, name, args, origin in channel.unseen():
-                    if origin != os.getpid():
-                        try:
-                            await self.dataplane.apply_change(op, name, args)
-                        except Exception as e:  # the originating worker reported it to its client
-                            logger.warning("applying %s of %s from worker %s: %s", op, name, origin, e)
-                    channel.applied = key
-                channel.acknowledge()
-
-        async def publish(op: str, name: str, args: dict) -> None:
-            key = channel.publish(op, name, args)
-            deadline = time.monotonic() + 10
-            while not channel.all_acknowledged(key) and time.monotonic() < deadline:
-                await asyncio.sleep(0.005)
-
+        channel = ControlChannel(control_dir)
         # The handler first: a change published from now on is signalled to it, and one published before is
         # in the log the replay below reads (a worker starting while a sibling publishes misses neither).
-        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, lambda: asyncio.ensure_future(apply_unseen()))
-        await apply_unseen()
-        self.dataplane.share_change = publish
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, channel.signalled(self.dataplane.apply_change))
+        await channel.catch_up(self.dataplane.apply_change)
+        self.dataplane.share_change = channel.share
 
     def _start_http(self, sockets: Optional[List[socket.socket]]) -> None:
         ssl_options = self._tls.context if self._tls is not None else None
         app = make_app(self.dataplane, REST_APIS, access_log_format=self.access_log_format,
                        enable_docs_url=self.enable_docs_url, enable_gzip=args.enable_gzip,
                        max_body_size=self.max_body_size)
+        self._security.protect_app(app)
         # idle_connection_timeout is also Tornado's header timeout: a client sending headers slowly is dropped.
-        server = HTTPServer(app, ssl_options=ssl_options, max_body_size=self.max_body_size,
-                            idle_connection_timeout=self.timeout_keep_alive, decompress_request=True,
-                            body_timeout=args.body_timeout_seconds or None, chunk_size=READ_CHUNK_BYTES)
+        server = HTTPServerWithLimits(app, ssl_options=ssl_options, max_body_size=self.max_body_size,
+                                      idle_connection_timeout=self.timeout_keep_alive, decompress_request=True,
+                                      body_timeout=args.body_timeout_seconds or None, chunk_size=READ_CHUNK_BYTES,
+                                      send_timeout=args.send_timeout_seconds or None)
         if sockets is None:
             server.add_sockets(self._bind_http())
         else:
@@ -516,7 +543,8 @@ class ModelServer:
             self._grpc_server = await start_grpc_server(
                 self.dataplane, self.grpc_port, self.max_threads,
                 self.grpc_max_send_message_length, self.grpc_max_receive_message_length, reuse_port,
-                self._tls.grpc_credentials() if args.grpc_ssl else None)
+                self._tls.grpc_credentials() if args.grpc_ssl else None,
+                self._security.grpc_methods(self.dataplane))
         except RuntimeError:  # grpc's "Failed to bind": taken since start() checked it?
             if not reuse_port:  # (with workers, siblings hold the port)
                 check_port_free("--grpc_port", self.grpc_port)

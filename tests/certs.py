@@ -1,4 +1,5 @@
-"""Throwaway TLS material for tests: one CA and server certificates for 127.0.0.1 / localhost it signs."""
+"""Throwaway TLS material for tests: one CA, server certificates for 127.0.0.1 / localhost it signs, and client
+certificates (mutual TLS)."""
 import datetime
 import ipaddress
 import os
@@ -9,7 +10,7 @@ from typing import Tuple
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 
 def _name(common_name: str) -> x509.Name:
@@ -30,13 +31,14 @@ def _key_pem(key) -> bytes:
 class ThrowawayCA:
     """A CA written to ``<directory>/ca.pem``; :meth:`issue` makes server certificates it signs."""
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, name: str = "ca"):
         self.key = ec.generate_private_key(ec.SECP256R1())
-        self.cert = (_valid_for_a_day(x509.CertificateBuilder()).subject_name(_name("kserve-sdk test CA"))
-                     .issuer_name(_name("kserve-sdk test CA")).public_key(self.key.public_key()).serial_number(1)
+        subject = _name(f"kserve-sdk test CA {name}")
+        self.cert = (_valid_for_a_day(x509.CertificateBuilder()).subject_name(subject)
+                     .issuer_name(subject).public_key(self.key.public_key()).serial_number(1)
                      .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
                      .sign(self.key, hashes.SHA256()))
-        self.path = os.path.join(directory, "ca.pem")
+        self.path = os.path.join(directory, f"{name}.pem")
         with open(self.path, "wb") as f:
             f.write(self.cert.public_bytes(serialization.Encoding.PEM))
 
@@ -50,6 +52,20 @@ class ThrowawayCA:
                 .add_extension(san, critical=False)
                 .sign(self.key, hashes.SHA256()))
         return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+
+    def issue_client(self, directory: str, name: str) -> Tuple[str, str]:
+        """(certificate path, key path) of a client certificate named ``name`` that this CA signs, written to
+        ``<directory>/<name>.pem`` and ``<name>.key``."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (_valid_for_a_day(x509.CertificateBuilder()).subject_name(_name(name))
+                .issuer_name(self.cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+                .sign(self.key, hashes.SHA256()))
+        paths = os.path.join(directory, f"{name}.pem"), os.path.join(directory, f"{name}.key")
+        for path, data in zip(paths, (cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)), strict=True):
+            with open(path, "wb") as f:
+                f.write(data)
+        return paths
 
 
 def write_in_place(path: str, data: bytes) -> None:

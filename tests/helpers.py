@@ -184,6 +184,11 @@ class Server:
             stop_process_group(self.proc, sig)
 
 
+def repository_server(repository: str, *flags: str, env: Optional[Dict[str, str]] = None) -> Server:
+    """A server of ``python -m kserve_sdk --model_repository repository flags...`` (not started yet)."""
+    return Server(f"--model_repository={repository}", list(flags), env=env, python_args=["-m", "kserve_sdk"])
+
+
 # --- HTTP --------------------------------------------------------------------------------------------------
 def request(port: int, method: str, path: str, body: Optional[bytes] = None,
             headers: Optional[Dict[str, str]] = None, timeout: float = 30.0) -> Tuple[int, Dict[str, str], bytes]:
@@ -342,6 +347,63 @@ def read_sse(url: str, path: str, body: Any,
             for event in source.iter_sse():
                 events.append((time.monotonic(), json.loads(event.data)))
     return source.response.headers, events
+
+
+# --- model archives --------------------------------------------------------------------------------------------
+def tar_archive(entries: Sequence[Tuple[str, str, Any]], mode: str = "w") -> bytes:
+    """A tar of ``entries``, in order: (name, "file", bytes), (name, "dir", None), (name, "symlink", target),
+    (name, "hardlink", target), (name, "chr", None) or (name, "fifo", None); ``mode`` "w:gz" compresses it."""
+    import io
+    import tarfile
+
+    kinds = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE,
+             "hardlink": tarfile.LNKTYPE, "chr": tarfile.CHRTYPE, "fifo": tarfile.FIFOTYPE}
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode=mode) as tar:
+        for name, kind, payload in entries:
+            info = tarfile.TarInfo(name)
+            info.type, info.mtime, info.mode = kinds[kind], 1700000000, 0o755 if kind == "dir" else 0o644
+            if kind in ("symlink", "hardlink"):
+                info.linkname = payload
+            if kind == "file":
+                info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload) if kind == "file" else None)
+    return out.getvalue()
+
+
+def cve_2025_4517_entries(destination: str) -> List[Tuple[str, str, Any]]:
+    """The archive of CVE-2025-4517 for one unpacked into ``destination`` (entries for :func:`tar_archive`):
+    sixteen directories nested through sixteen links, so long that ``os.path.realpath`` stops expanding the
+    last link, which goes back up sixteen levels; ``escape`` then points at the folder above ``destination``.
+    A hard link ``flaglink`` to the file ``flag`` there is written through, and ``newfile`` is created there."""
+    steps = "abcdefghijklmnop"
+    room = os.pathconf(os.path.dirname(destination) or "/", "PC_PATH_MAX") - len(destination) - 1
+    component = "d" * (room // (len(steps) + 1))
+    entries: List[Tuple[str, str, Any]] = []
+    path = ""
+    for step in steps:
+        entries += [(os.path.join(path, component), "dir", None), (os.path.join(path, step), "symlink", component)]
+        path = os.path.join(path, component)
+    last = os.path.join(*steps, "l" * 254)
+    return entries + [(last, "symlink", os.path.join(*[".."] * len(steps))),
+                      ("escape", "symlink", os.path.join(last, "..")),
+                      ("flaglink", "hardlink", "escape/flag"), ("flaglink", "file", b"overwrite"),
+                      ("escape/newfile", "file", b"new")]
+
+
+def file_tree(root: str) -> Dict[str, Tuple[str, int, int]]:
+    """Every entry below ``root``, links not followed: relative path -> (kind, size, modification time ns); a
+    folder's size and time are 0 (they change as entries come and go, and a temporary one did)."""
+    import stat
+
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            info = os.lstat(path)
+            kind = "link" if stat.S_ISLNK(info.st_mode) else "dir" if stat.S_ISDIR(info.st_mode) else "file"
+            out[os.path.relpath(path, root)] = (kind, 0, 0) if kind == "dir" else (kind, info.st_size, info.st_mtime_ns)
+    return out
 
 
 # --- Prometheus ------------------------------------------------------------------------------------------------

@@ -30,7 +30,8 @@ def _both_ways(port, path, body, headers=None):
 
 @pytest.mark.parametrize("path,body,status", [
     ("/v2/models/echo/infer", V2_BODY, 200),
-    ("/v2/models/echo/versions/3/infer", V2_BODY, 200),
+    ("/v2/models/echo/versions/1/infer", V2_BODY, 200),
+    ("/v2/models/echo/versions/3/infer", V2_BODY, 404),
     ("/v1/models/echo:predict", b'{"instances": [[1, 2], [3, 4]]}', 200),
     ("/v2/models/nosuch/infer", V2_BODY, 404),
     ("/v1/models/nosuch:predict", b'{"instances": [1]}', 404),
@@ -39,8 +40,8 @@ def _both_ways(port, path, body, headers=None):
     ("/v1/models/echo:explain", b'{"instances": [1]}', 501),
     ("/v1/models/failing:predict", b'{"instances": ["boom"]}', 500),
     ("/v1/models/failing:predict", b'{"instances": ["invalid"]}', 400),
-], ids=["v2", "v2-version", "v1", "v2-unknown", "v1-unknown", "v2-bad-json", "v1-empty", "explain-501", "v1-500",
-        "v1-model-400"])
+], ids=["v2", "v2-version", "v2-other-version", "v1", "v2-unknown", "v1-unknown", "v2-bad-json", "v1-empty",
+        "explain-501", "v1-500", "v1-model-400"])
 def test_fast_path_and_handlers_give_the_same_answer(zoo, path, body, status):
     (s1, h1, b1), (s2, h2, b2) = _both_ways(zoo.http_port, path, body)
     assert s1 == s2 == status, (b1, b2)
@@ -93,8 +94,9 @@ def test_large_json_answers_are_gzipped_when_asked(zoo):
                                      {"Accept-Encoding": "gzip"})
     assert status == 200 and "content-encoding" not in headers and json.loads(small)["id"] == "same"
     status, headers, plain = request(zoo.http_port, "POST", "/v2/models/echo/infer", body)
-    assert status == 200 and "content-encoding" not in headers \
-        and json.loads(plain) == json.loads(gzip.decompress(zipped))
+    unzipped = json.loads(gzip.decompress(zipped))
+    assert status == 200 and "content-encoding" not in headers and json.loads(plain)["id"] != unzipped["id"]
+    assert {**json.loads(plain), "id": None} == {**unzipped, "id": None}  # each call was given its own id
 
 
 def test_pipelined_requests_are_answered_in_order(zoo):

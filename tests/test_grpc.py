@@ -64,6 +64,11 @@ def bytes_input(text):
     return triton_input(tgrpc, "INPUT0", np.array([text.encode()], dtype=np.object_))
 
 
+def unknown(name):
+    """The message of a model the server never knew: Triton's sentence, then KServe's."""
+    return f"Request for unknown model: '{name}' is not found. Model with name {name} does not exist."
+
+
 # --- servers other than the session zoo ---------------------------------------------------------------
 @pytest.fixture(scope="module")
 def side(start_server):
@@ -87,8 +92,7 @@ def test_health_and_server_metadata(zoo):
         assert meta.name == "kserve-sdk"
         assert meta.version
         assert {"model_repository_extension", "binary_tensor_data"} <= set(meta.extensions)
-        assert triton_error(client.is_model_ready, "nope") == (
-            "StatusCode.NOT_FOUND", "Model with name nope does not exist.")
+        assert triton_error(client.is_model_ready, "nope") == ("StatusCode.NOT_FOUND", unknown("nope"))
 
 
 def test_model_metadata(zoo):
@@ -99,8 +103,7 @@ def test_model_metadata(zoo):
         assert [(t.name, t.datatype, list(t.shape)) for t in meta.outputs] == [("OUTPUT0", "FP32", [-1, 4])]
         as_json = client.get_model_metadata("echo", as_json=True)
         assert as_json["inputs"] == [{"name": "INPUT0", "datatype": "FP32", "shape": ["-1", "4"]}]
-        assert triton_error(client.get_model_metadata, "nope") == (
-            "StatusCode.NOT_FOUND", "Model with name nope does not exist.")
+        assert triton_error(client.get_model_metadata, "nope") == ("StatusCode.NOT_FOUND", unknown("nope"))
 
 
 def test_repository_index(zoo):
@@ -113,22 +116,20 @@ def test_repository_index(zoo):
 def test_load_and_unload(side):
     with triton(side) as client:
         assert triton_error(client.load_model, "not-in-repo") == (
-            "StatusCode.NOT_FOUND", "Model with name not-in-repo does not exist.")
-        assert triton_error(client.unload_model, "not-in-repo") == (
-            "StatusCode.NOT_FOUND", "Model with name not-in-repo does not exist.")
+            "StatusCode.NOT_FOUND", "failed to load model 'not-in-repo': " + unknown("not-in-repo"))
+        assert triton_error(client.unload_model, "not-in-repo") == ("StatusCode.NOT_FOUND", unknown("not-in-repo"))
         assert client.is_model_ready("raw") is True
         client.unload_model("raw")
-        assert "raw" not in {m.name for m in client.get_model_repository_index().models}
-        assert triton_error(client.is_model_ready, "raw") == (
-            "StatusCode.NOT_FOUND", "Model with name raw does not exist.")
+        assert {m.name: (m.state, m.reason) for m in client.get_model_repository_index().models}["raw"] == (
+            "UNAVAILABLE", "unloaded")
+        assert client.is_model_ready("raw") is False
         tensor = tgrpc.InferInput("INPUT0", [1, 4], "FP32")
         tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
         assert triton_error(client.infer, "raw", [tensor]) == (
-            "StatusCode.NOT_FOUND", "Model with name raw does not exist.")
-        # the repository cannot load it back
-        assert triton_error(client.load_model, "raw") == (
-            "StatusCode.NOT_FOUND", "Model with name raw does not exist.")
-        assert client.is_model_ready("echo") is True
+            "StatusCode.NOT_FOUND", "Request for unknown model: 'raw' has no available versions. Model raw was "
+            "unloaded: load it again (POST /v2/repository/models/raw/load) to serve it.")
+        client.load_model("raw")  # the repository serves again the model it unloaded
+        assert client.is_model_ready("raw") is True and client.is_model_ready("echo") is True
 
 
 # --- 1. infer round trips ------------------------------------------------------------------------------
@@ -244,8 +245,9 @@ def test_requested_outputs(zoo):
             "StatusCode.INVALID_ARGUMENT", "Unexpected inference output 'OUTPUT9' for model 'echo'")
 
 
-def test_typed_contents_are_answered_typed(zoo):
-    """A request with typed contents (no raw) gets typed contents back, for every typed datatype."""
+def test_typed_contents_are_answered_in_raw_output_contents(zoo):
+    """A request with typed contents (no raw) is answered, as Triton answers every request, in
+    ``raw_output_contents``: tritonclient reads every typed datatype back with ``as_numpy``."""
     request = pb.ModelInferRequest(model_name="echo", id="typed")
     request.inputs.add(name="INPUT0", datatype="FP32", shape=[2, 2]).contents.fp32_contents.extend([1.5, -2, 0, 8])
     request.inputs.add(name="INPUT1", datatype="INT64", shape=[2]).contents.int64_contents.extend([-(2 ** 63), 7])
@@ -254,13 +256,17 @@ def test_typed_contents_are_answered_typed(zoo):
     request.inputs.add(name="INPUT4", datatype="UINT64", shape=[1]).contents.uint64_contents.extend([2 ** 64 - 1])
     with raw_stub(zoo) as stub:
         response = stub.ModelInfer(request)
-    assert len(response.raw_output_contents) == 0
-    got = {o.name: (o.datatype, list(o.shape), o.contents) for o in response.outputs}
-    assert got["OUTPUT0"][:2] == ("FP32", [2, 2]) and list(got["OUTPUT0"][2].fp32_contents) == [1.5, -2, 0, 8]
-    assert got["OUTPUT1"][:2] == ("INT64", [2]) and list(got["OUTPUT1"][2].int64_contents) == [-(2 ** 63), 7]
-    assert got["OUTPUT2"][:2] == ("BOOL", [3]) and list(got["OUTPUT2"][2].bool_contents) == [True, False, True]
-    assert got["OUTPUT3"][:2] == ("BYTES", [2]) and list(got["OUTPUT3"][2].bytes_contents) == [b"a\x00", b""]
-    assert got["OUTPUT4"][:2] == ("UINT64", [1]) and list(got["OUTPUT4"][2].uint64_contents) == [2 ** 64 - 1]
+    assert len(response.raw_output_contents) == 5
+    assert all(not o.HasField("contents") for o in response.outputs)
+    result = tgrpc.InferResult(response)
+    assert [(o.name, o.datatype, list(o.shape)) for o in response.outputs] == [
+        ("OUTPUT0", "FP32", [2, 2]), ("OUTPUT1", "INT64", [2]), ("OUTPUT2", "BOOL", [3]), ("OUTPUT3", "BYTES", [2]),
+        ("OUTPUT4", "UINT64", [1])]
+    assert result.as_numpy("OUTPUT0").tolist() == [[1.5, -2], [0, 8]]
+    assert result.as_numpy("OUTPUT1").tolist() == [-(2 ** 63), 7]
+    assert result.as_numpy("OUTPUT2").tolist() == [True, False, True]
+    assert result.as_numpy("OUTPUT3").tolist() == [b"a\x00", b""]
+    assert result.as_numpy("OUTPUT4").tolist() == [2 ** 64 - 1]
     assert response.id == "typed"
 
 
@@ -347,7 +353,7 @@ def test_stream_goes_on_after_failed_requests(zoo):
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((1, 4), value, np.float32))
     errors = {index: answers[index] for index in (1, 3, 4)}
     assert all(result is None for result, _ in errors.values())
-    assert errors[1][1].message() == "Model with name nope does not exist."
+    assert errors[1][1].message() == unknown("nope")
     assert errors[3][1].message() == "instance 0 must be a number"
     assert errors[4][1].message() == "RuntimeError : kaboom (model 'failing')"
 
@@ -356,12 +362,13 @@ def test_stream_goes_on_after_failed_requests(zoo):
 def test_unknown_model_is_not_found_on_every_rpc(zoo):
     tensor, raw = fp32_input()
     infer = pb.ModelInferRequest(model_name="x", inputs=[tensor], raw_input_contents=[raw])
-    expected = (grpc.StatusCode.NOT_FOUND, "Model with name x does not exist.")
+    expected = (grpc.StatusCode.NOT_FOUND, unknown("x"))
     with raw_stub(zoo) as stub:
         assert rpc_error(stub.ModelInfer, infer) == expected
         assert rpc_error(stub.ModelReady, pb.ModelReadyRequest(name="x")) == expected
         assert rpc_error(stub.ModelMetadata, pb.ModelMetadataRequest(name="x")) == expected
-        assert rpc_error(stub.RepositoryModelLoad, pb.RepositoryModelLoadRequest(model_name="x")) == expected
+        assert rpc_error(stub.RepositoryModelLoad, pb.RepositoryModelLoadRequest(model_name="x")) == (
+            grpc.StatusCode.NOT_FOUND, "failed to load model 'x': " + unknown("x"))
         assert rpc_error(stub.RepositoryModelUnload, pb.RepositoryModelUnloadRequest(model_name="x")) == expected
 
 
@@ -373,7 +380,8 @@ def _bad(kind):
         tensor.contents.fp32_contents.extend([1, 2, 3, 4])
         request.inputs.append(tensor)
         request.raw_input_contents.append(raw)
-        return request, "input 'INPUT0' has typed contents but the message also has raw contents"
+        return request, ("contents field must not be specified when using raw_input_contents for 'INPUT0' for model "
+                         "'echo': input 'INPUT0' has typed contents but the message also has raw contents")
     if kind == "raw count mismatch":
         request.inputs.append(tensor)
         request.inputs.append(fp32_input("INPUT1")[0])

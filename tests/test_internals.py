@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 import tornado.tcpserver
 from tornado.httpserver import HTTPServer
-from tornado.iostream import IOStream
+from tornado.iostream import IOStream, StreamClosedError, UnsatisfiableReadError
 from tornado.web import Application, RequestHandler
 
 from conftest import ROOT, http_get
@@ -28,6 +28,8 @@ from kserve_sdk.internals import (
     tornado_accept,
     tornado_buffer,
     tornado_headers,
+    tornado_overflow,
+    tornado_sent,
 )
 
 pytestmark = pytest.mark.skipif(not internals.ENABLED, reason="checks the tricks themselves (KSERVE_SDK_INTERNALS=off)")
@@ -210,6 +212,58 @@ def test_read_buffer_size_counts_the_unread_bytes():
 
     assert tornado_buffer.body_already_buffered(Connection(), 99)
     assert not tornado_buffer.body_already_buffered(Connection(), 100)
+
+
+async def _sent_after_writing(payload: bytes) -> int:
+    left, right = socket.socketpair()
+    stream = IOStream(left)
+    await stream.write(payload)
+    sent = tornado_sent.bytes_sent(stream)
+    stream.close()
+    right.close()
+    return sent
+
+
+def test_bytes_sent_counts_what_the_socket_took(monkeypatch):
+    """tornado_sent: ``IOStream._total_write_done_index`` is the bytes the stream wrote to its socket."""
+    assert hasattr(IOStream(socket.socket()), "_total_write_done_index"), \
+        "tornado's IOStream has no _total_write_done_index"
+    assert asyncio.run(_sent_after_writing(b"x" * 100)) == 100, "IOStream._total_write_done_index is not the bytes sent"
+    monkeypatch.setattr(tornado_sent, "ENABLED", False)
+    assert asyncio.run(_sent_after_writing(b"x" * 100)) is None
+
+
+async def _answer_of_an_overflowing_read() -> bytes:
+    """What the peer of a stream receives when the stream's read passes its ``max_bytes`` (the header read's
+    failure), with answer_overflow installed."""
+    left, right = socket.socketpair()
+    right.setblocking(False)
+    stream = IOStream(left)
+    tornado_overflow.answer_overflow(stream, lambda: b"HTTP/1.1 431 Too Large\r\n\r\n")
+    right.sendall(b"x" * 100)
+    with pytest.raises(StreamClosedError):
+        await stream.read_until_regex(b"\r\n\r\n", max_bytes=16)
+    assert isinstance(stream.error, UnsatisfiableReadError), f"the stream closed on {stream.error!r}"
+    loop, received = asyncio.get_running_loop(), b""
+    while chunk := await asyncio.wait_for(loop.sock_recv(right, 1024), 10):
+        received += chunk
+    right.close()  # the stream's socket, draining what its peer sends, sees the end and closes
+    await asyncio.wait_for(_closed(left), 10)
+    return received
+
+
+async def _closed(sock: socket.socket) -> None:
+    while sock.fileno() != -1:
+        await asyncio.sleep(0.01)
+
+
+def test_a_read_past_its_limit_is_answered_before_the_socket_closes(monkeypatch):
+    """tornado_overflow: a read past ``max_bytes`` closes the stream with an ``UnsatisfiableReadError`` as its
+    ``error``, through ``close_fd``, and the answer reaches the peer; the plain path sends nothing."""
+    assert callable(getattr(IOStream, "close_fd", None)), "tornado's IOStream has no close_fd"
+    assert asyncio.run(_answer_of_an_overflowing_read()) == b"HTTP/1.1 431 Too Large\r\n\r\n"
+    monkeypatch.setattr(tornado_overflow, "ENABLED", False)
+    assert asyncio.run(_answer_of_an_overflowing_read()) == b""
 
 
 class _Recorded(tornado_headers._Recording, _Hello):

@@ -177,7 +177,7 @@ def error_of(answer: Tuple[int, Dict[str, str], bytes]) -> str:
 # --- a job's answer is the synchronous one ----------------------------------------------------------------------
 @pytest.mark.parametrize("submit_path,infer_path", [
     ("/v2/models/adder/jobs", "/v2/models/adder/infer"),
-    ("/v2/models/adder/versions/7/jobs", "/v2/models/adder/versions/7/infer"),
+    ("/v2/models/adder/versions/1/jobs", "/v2/models/adder/versions/1/infer"),
 ])
 def test_v2_json_job_answers_what_infer_answers(server, submit_path, infer_path):
     body = as_json(v2_doc(1.5, 2, 3))
@@ -421,6 +421,8 @@ BAD_INPUT = [
     ("v1-not-an-object", "POST", "/v1/models/adder_v1/jobs", b"[1, 2]", {}, 400,
      "a v1 predict body must be a JSON object, got list"),
     ("v1-empty", "POST", "/v1/models/adder_v1/jobs", b"", {}, 400, "the request body is empty"),
+    ("unknown-version", "POST", "/v2/models/adder/versions/7/jobs", as_json(v2_doc(1)), {}, 404,
+     "Model 'adder' has no version '7'; versions served: 1."),
     ("over-max-body-size", "POST", "/v2/models/adder/jobs", b" " * (MAX_BODY + 1), {}, 413,
      f"the request body of {MAX_BODY + 1} bytes is larger than the {MAX_BODY} bytes this server accepts "
      "(--max_body_size)"),

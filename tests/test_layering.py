@@ -278,6 +278,18 @@ def test_triton_imports_no_handler_and_no_feature_package():
     assert crossings(graph, others, [TRITON_API]) == {}
 
 
+def test_the_repository_imports_no_handler_data_plane_server_or_feature():
+    """repository/ reads and plans a model repository in the scheduling layer: it builds models (runtimes,
+    a folder's model.py) but reaches up into no handler, data plane, server or feature package."""
+    graph = import_graph(with_strings=True)
+    modules = [m for m in graph if _within(m, ["kserve_sdk.repository"])]
+    assert len(modules) > 1
+    forbidden = ("kserve_sdk.handlers", "kserve_sdk.dataplane", "kserve_sdk.model_server",
+                 "kserve_sdk.model_repository", "kserve_sdk.triton", "kserve_sdk.security",
+                 "kserve_sdk.server", *FEATURES)
+    assert crossings(graph, modules, forbidden) == {}
+
+
 def test_only_the_entry_layer_imports_server():
     graph = import_graph(with_strings=True)
     others = [m for m in graph if not _is_entry(m)]

@@ -116,10 +116,11 @@ def test_versions_route_and_model_returning_arrays(client, zoo):
     a = _sample("FP32")
     t = httpclient.InferInput("INPUT0", list(a.shape), "FP32")
     t.set_data_from_numpy(a)
-    result = client.infer("raw", [t], model_version="3")
+    result = client.infer("raw", [t], model_version="1")  # a model without a version serves version 1
     np.testing.assert_array_equal(result.as_numpy("output-0"), a * 2)
-    assert client.get_model_metadata("echo", model_version="3")["versions"] == ["3"]
-    assert client.is_model_ready("echo", model_version="3")
+    assert client.get_model_metadata("echo", model_version="1")["versions"] == []
+    assert client.is_model_ready("echo", model_version="1")
+    assert not client.is_model_ready("echo", model_version="3")
 
 
 @pytest.mark.parametrize("binary", [True, False])

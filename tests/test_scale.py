@@ -120,13 +120,8 @@ def test_repository_index_load_unload(scale, protocol):
     assert "Model with name not-in-repo does not exist." in err.value.message()
     assert client.is_model_ready("batcher")  # the others are unaffected
     client.unload_model(name)
-    assert name not in index()
-    if protocol == "http":
-        assert not client.is_model_ready(name)
-    else:  # tritonclient.grpc raises on the NOT_FOUND status an unknown model gets
-        with pytest.raises(InferenceServerException) as err:
-            client.is_model_ready(name)
-        assert err.value.status() == "StatusCode.NOT_FOUND"
+    assert (index()[name]["state"], index()[name]["reason"]) == ("UNAVAILABLE", "unloaded")  # listed, as Triton does
+    assert client.is_model_ready(name) is False
     client.close()
 
 
@@ -276,5 +271,7 @@ def test_load_and_unload_reach_every_worker(start_server):
     time.sleep(0.5)  # the new worker replays the repository changes before it serves
     assert {status for status, _ in answers()} == {200}  # the replacement replayed the load
     client.unload_model("good-everywhere")
-    assert answers() == {(404, "Model with name good-everywhere does not exist.")}
+    assert answers() == {(404, "Request for unknown model: 'good-everywhere' has no available versions. Model "
+                               "good-everywhere was unloaded: load it again (POST /v2/repository/models/"
+                               "good-everywhere/load) to serve it.")}
     client.close()

@@ -146,7 +146,8 @@ def test_bad_registrations_are_refused_with_the_reason(server, regions):
     assert _error(server, register, {"key": "/no-such-object", "byte_size": 16}) == (
         400, "cannot open shared memory object '/no-such-object': No such file or directory")
     assert _error(server, register, {"key": "../../etc/passwd", "byte_size": 16}) == (
-        400, "shared memory key must name an object in /dev/shm (like '/my_region'), got '../../etc/passwd'")
+        400, "shared memory key '../../etc/passwd' must name one object in /dev/shm, like '/my_region' (as shm_open "
+             "takes it): it holds a '/' other than a leading one")
     assert _error(server, register, {"key": f"{KEY_PREFIX}-small", "byte_size": 128}) == (
         400, f"region 'r': offset 0 + byte_size 128 is past the end of shared memory object '{KEY_PREFIX}-small' "
              "(64 bytes)")
@@ -234,19 +235,19 @@ def test_regions_reach_every_worker(start_server, regions):
         (400, "input 'INPUT0' names system shared memory region 'w', which is not registered")}
 
 
-def test_inputs_are_read_only_views_of_the_region(regions):
+def test_inputs_are_read_only_copies_of_the_region(regions):
     from kserve_sdk.protocol.infer_type import InferInput, InferRequest
     from kserve_sdk.triton.shared_memory import SharedMemoryRegistry
 
     data = _values(4)
-    shm.set_shared_memory_region(regions("ro", data.nbytes), [data])
+    handle = regions("ro", data.nbytes)
+    shm.set_shared_memory_region(handle, [data])
     registry = SharedMemoryRegistry(allowed=True)
     registry.register("ro", f"{KEY_PREFIX}-ro", 0, data.nbytes)
     tensor = InferInput("INPUT0", [1, 4], "FP32",
                         parameters={"shared_memory_region": "ro", "shared_memory_byte_size": data.nbytes})
     registry.read_inputs(InferRequest("echo", [tensor]))
+    shm.set_shared_memory_region(handle, [data + 1])  # the client writes again: the model's input stays
     array = tensor.as_numpy()
-    assert np.array_equal(array, data) and not array.flags.writeable  # a view: the model cannot write back
-    del array
-    tensor._raw_data = tensor._array = None
+    assert np.array_equal(array, data) and not array.flags.writeable  # the model cannot write back either
     registry.unregister()

@@ -20,7 +20,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-from tritonclient.utils import InferenceServerException
+from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor
 
 from helpers import ROOT, Span, SpanCollector, http_get, post_json, read_sse, request, side_by_side
 from kserve_sdk.protocol.grpc import grpc_predict_v2_pb2 as pb
@@ -189,7 +189,7 @@ def _counter_stream(server, start: int, traceparent: str, over_grpc: bool) -> Li
                                                                      metadata=(("traceparent", traceparent),))
         answers = list(answers)
     assert not any(a.error_message for a in answers), answers[-1].error_message
-    return [int(a.infer_response.outputs[0].contents.bytes_contents[0]) for a in answers]
+    return [int(deserialize_bytes_tensor(a.infer_response.raw_output_contents[0])[0]) for a in answers]
 
 
 def test_a_batched_step_is_a_span_linked_to_the_calls_it_served(start_server, collector):
@@ -377,7 +377,8 @@ def test_bad_trace_settings_are_400_naming_them(traced, body, status, message):
 def test_trace_settings_of_an_unknown_model_are_404(traced):
     for method, body in (("GET", None), ("POST", b'{"trace_rate": "2"}')):
         status, _, answer = request(traced.http_port, method, "/v2/models/nope/trace/setting", body)
-        assert (status, json.loads(answer)) == (404, {"error": "Model with name nope does not exist."})
+        assert (status, json.loads(answer)) == (404, {"error": "Request for unknown model: 'nope' is not found. "
+                                                               "Model with name nope does not exist."})
 
 
 def test_trace_settings_through_tritonclient_grpc(traced):

@@ -20,6 +20,9 @@ its end, also on errors and Ctrl-C; targets alternate within every cell):
   jobs     jobs_bench.py: durable jobs submitted and completed per second (SQLite, Redis) beside synchronous
            calls, synchronous p99 with 5,000 jobs pending, RSS over 100,000 jobs after purge   kserve_sdk
            (--quick: 2,000 jobs per server, RSS over JOBS_BENCH_RSS_JOBS jobs, default 10,000)
+  repo     repo_bench.py: 10,000 scikit-learn models served lazily within --max_loaded_models 200 under Zipf
+           requests (60 s), 1,000 loaded at start beside MLServer's, MLServer's docs' repository served by both
+           kserve_sdk, mlserver (--quick: 10 s of Zipf, 200 models loaded at start)
 The http group also runs LitServe and BentoML (litserve, bentoml) on their own /predict route in the
 v1 cells, and the stream group LitServe's stream=True in the sse-stream cells.
 bench_report.py turns the results into bench.md. See README.md.
@@ -48,12 +51,14 @@ import http_bench
 import jobs_bench
 import memory_bench
 import peers
+import repo_bench
 import sched_bench
 import shm_bench
 import stream_bench
 from benchlib import ALL_TARGETS, HERE, REPO
 
-GROUPS = ["http", "grpc", "stream", "batch", "workers", "startup", "shm", "memory", "cost", "cb", "sched", "jobs"]
+GROUPS = ["http", "grpc", "stream", "batch", "workers", "startup", "shm", "memory", "cost", "cb", "sched", "jobs",
+          "repo"]
 REFS = {"http": ["bare", "kserve", "mlserver", "litserve", "bentoml"], "grpc": ["bare", "kserve", "mlserver"],
         "stream": ["bare", "mlserver", "litserve"], "batch": ["batch-off"], "workers": ["ours-w1"], "shm": [],
         "cb": ["unbatched", "litserve"]}
@@ -269,6 +274,15 @@ def group_jobs(opts, targets):
     return jobs_bench.run(args)
 
 
+def group_repo(opts, targets):
+    """repo_bench: issue 34's model repository, lazily within a budget; MLServer beside it when it is a target."""
+    args = repo_bench.parse(["--quick"] if opts.quick else [])
+    args.skip_mlserver = "mlserver" not in targets
+    args.ready_timeout, args.venvs, args.python = max(opts.ready_timeout, 900), opts.venvs, opts.python
+    args.keep_workdir = opts.keep_workdir
+    return repo_bench.run(args)
+
+
 # --------------------------------------------------------------------------- startup
 
 def start_once(name, opts, workdir):
@@ -364,19 +378,20 @@ def write_results(opts, results):
         json.dump(results, f, indent=1, default=str)
     with open(paths[1], "w") as f:
         f.write(bench_report.markdown(results) + "\n" + sched_bench.markdown(results["groups"].get("sched")) + "\n"
-                + jobs_bench.markdown(results["groups"].get("jobs")))
+                + jobs_bench.markdown(results["groups"].get("jobs")) + "\n"
+                + repo_bench.markdown(results["groups"].get("repo")))
     return paths
 
 
 GROUP_RUNNERS = {"http": group_http, "grpc": group_grpc, "stream": group_stream, "batch": group_batch,
                  "workers": group_workers, "startup": group_startup, "shm": group_shm,
                  "memory": group_memory, "cost": group_cost, "cb": group_cb, "sched": group_sched,
-                 "jobs": group_jobs}
+                 "jobs": group_jobs, "repo": group_repo}
 
 
 def needs_ours(group):
     """Groups that measure kserve_sdk alone."""
-    return group in ("batch", "workers", "shm", "memory", "cost", "cb", "sched", "jobs")
+    return group in ("batch", "workers", "shm", "memory", "cost", "cb", "sched", "jobs", "repo")
 
 
 def run_groups(opts, results):
@@ -411,12 +426,14 @@ def main():
         results["interrupted"] = str(e)
         code = 130
     results["acceptance"] = (bench_report.acceptance(results) + sched_bench.checks(results["groups"].get("sched"))
-                             + jobs_bench.checks(results["groups"].get("jobs")))
+                             + jobs_bench.checks(results["groups"].get("jobs"))
+                             + repo_bench.checks(results["groups"].get("repo")))
     paths = write_results(opts, results)
     print(f"\nwrote {paths[0]} and {paths[1]}\n")
     print(bench_report.summary_markdown(results))
     print(sched_bench.markdown(results["groups"].get("sched")))
     print(jobs_bench.markdown(results["groups"].get("jobs")))
+    print(repo_bench.markdown(results["groups"].get("repo")))
     sys.exit(code)
 
 

@@ -9,6 +9,8 @@ from ..dataplane import DataPlane
 from ..internals.tornado_headers import response_headers
 from ..lifecycle import Call
 from ..logging import ACCESS_LOGGER_NAME, log_info_fast
+from ..security.audit import REST_ENDPOINTS as AUDITED_ENDPOINTS
+from ..security.audit import audit
 
 access_logger = logging.getLogger(ACCESS_LOGGER_NAME)
 
@@ -20,7 +22,8 @@ DEFAULT_ACCESS_LOG_FORMAT = ('%(client)s "%(method)s %(path)s HTTP/%(http_versio
 
 class RequestLog:
     """Closes the call of every answered HTTP request (counting it in the request metrics) and logs it
-    in ``--access_log_format``: one place for the handlers, the fast path and the body limit."""
+    in ``--access_log_format``: one place for the handlers, the fast path and the body limit. A management
+    call (load, unload, a settings change, shared-memory registration) also gets its audit line."""
 
     def __init__(self, dataplane: DataPlane, access_log_format: Optional[str] = None):
         self.dataplane = dataplane
@@ -41,6 +44,8 @@ class RequestLog:
         """``request``'s answer went out with ``status`` and ``response_headers``: its call closes (if its
         adapter has not closed it before writing the answer) and the answer is logged."""
         call.close(str(status))
+        if call.endpoint in AUDITED_ENDPOINTS and request.method == "POST":  # a management call (security/audit.py)
+            audit(call.request_id, request.remote_ip or "-", f"{request.method} {request.path}", str(status))
         duration = call.duration
         if access_logger.isEnabledFor(logging.INFO):
             fields = access_log_fields(request, status, response_headers, call, duration)

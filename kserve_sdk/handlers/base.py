@@ -48,7 +48,8 @@ class BaseHandler(HeaderRecorder, RequestHandler):
     """A handler bound to the data plane; any exception becomes a JSON error with its own status.
 
     Its :class:`~kserve_sdk.lifecycle.Call` (``self.call``) opens in ``prepare`` and closes when Tornado
-    logs the answer (http.py's ``log_function``), whatever the status.
+    logs the answer (http.py's ``log_function``), whatever the status. The application's ``access_check``
+    setting, when there is one, may then refuse the request (403, raised as an error of the call).
     """
 
     protocol = "rest_v2"  # metric and access-log labels
@@ -81,6 +82,9 @@ class BaseHandler(HeaderRecorder, RequestHandler):
 
     def prepare(self) -> None:
         self.open_call()
+        access_check = self.settings.get("access_check")
+        if access_check is not None:  # the restricted API groups (kserve_sdk/security), when the server has some
+            access_check(self)
         if self.request.headers.get("Content-Encoding", "").lower() == "deflate":
             self._inflate_body()
 

@@ -10,10 +10,12 @@ import json
 import os
 import sys
 import threading
+import uuid
 from typing import Any, Dict, List, Optional, Tuple, Type
 
 from tornado.web import RequestHandler, StaticFileHandler
 
+from ..errors import PermissionDenied
 from ..logging import logger
 from .api import Options, RestAPI
 from .base import JSON, BaseHandler
@@ -159,6 +161,18 @@ class DocsStaticHandler(StaticFileHandler):
 
     def initialize(self, dataplane: Any = None) -> None:  # takes the route table's shared arguments
         super().initialize(path=self.assets_dir)
+
+    def prepare(self) -> None:
+        """Refuse, as every other docs route does, when the ``docs`` group is restricted (docs/security.md)."""
+        access_check = self.settings.get("access_check")
+        if access_check is None:
+            return
+        try:
+            access_check(self)
+        except PermissionDenied as e:
+            self.set_status(int(e.http_status))
+            self.set_header("x-request-id", uuid.uuid4().hex)  # a static file's answer has no call to mint one
+            self.finish({"error": str(e)})
 
 
 def swagger_ui_assets() -> Optional[str]:

@@ -26,6 +26,8 @@ from ..protocol.grpc.convert import (
     tolerant_parser,
     trace_settings_response,
     trace_update_from_grpc,
+    wants_empty_final_response,
+    with_final_response,
 )
 from ..protocol.grpc.grpc_predict_v2_pb2_grpc import (
     GRPCInferenceServiceServicer,
@@ -33,6 +35,8 @@ from ..protocol.grpc.grpc_predict_v2_pb2_grpc import (
 )
 from ..protocol.infer_type import InferRequest, InferResponse
 from ..tracing import answer_traceparent
+from ..triton import cuda_shared_memory
+from .inference import v2_answer
 
 
 def call_metadata(call: Call) -> Tuple[Tuple[str, str], ...]:
@@ -158,7 +162,7 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
     @answers_errors
     async def ModelReady(self, request, context, call):
-        return pb.ModelReadyResponse(ready=await self.dataplane.model_ready(request.name))
+        return pb.ModelReadyResponse(ready=await self.dataplane.model_ready(request.name, request.version))
 
     @answers_errors
     async def ServerMetadata(self, request, context, call):
@@ -178,14 +182,15 @@ class InferenceServicer(GRPCInferenceServiceServicer):
 
     @answers_errors
     async def ModelInfer(self, request, context, call):
-        model = await self.dataplane.ready_model(request.model_name)  # NOT_FOUND before decoding the tensors
+        model = await self.dataplane.ready_model(request.model_name, request.model_version or None)  # NOT_FOUND first
         infer_request = infer_request_from_grpc(InferRequest, request)
         response, response_headers = await self.dataplane.infer(request.model_name, infer_request, call.headers,
                                                                 model, call)
         request_id = (("x-request-id", call.request_id),) if call.span is None else call_metadata(call)
         context.set_trailing_metadata(request_id if not response_headers else
                                       (*((k.lower(), str(v)) for k, v in response_headers.items()), *request_id))
-        return to_infer_response_message(response, request.model_name)
+        return to_infer_response_message(v2_answer(infer_request, response, model, call.request_id),
+                                         request.model_name)
 
     async def ModelStreamInfer(self, request_iterator, context):
         """Answer each request of the call in order, all of a streaming model's responses tagged with the
@@ -222,8 +227,9 @@ class InferenceServicer(GRPCInferenceServiceServicer):
             async for item in items:
                 yield _stream_message(item, request)
 
-        return call, _within(call, answers(), lambda message: pb.ModelStreamInferResponse(
+        messages = _within(call, answers(), lambda message: pb.ModelStreamInferResponse(
             error_message=message, infer_response=_tagged(pb.ModelInferResponse(), request)))
+        return call, with_final_response(request, messages) if wants_empty_final_response(request) else messages
 
     def _stream_in(self, first, requests, headers: Dict[str, str]) -> Tuple[Call, AsyncIterator[Any]]:
         async def decoded():
@@ -247,12 +253,13 @@ class InferenceServicer(GRPCInferenceServiceServicer):
     async def RepositoryIndex(self, request, context, call):
         entries = await self.dataplane.repository_index()
         return pb.RepositoryIndexResponse(models=[
-            pb.RepositoryIndexResponse.ModelIndex(name=e["name"], state=e["state"], reason=e.get("reason", ""))
-            for e in entries if not request.ready or e["state"] == "READY"])
+            pb.RepositoryIndexResponse.ModelIndex(name=e["name"], version=e.get("version", ""),
+                                                  state=e.get("state", ""), reason=e.get("reason", ""))
+            for e in entries if not request.ready or e.get("state") == "READY"])
 
     @answers_errors
     async def RepositoryModelLoad(self, request, context, call):
-        await self.dataplane.load(request.model_name)
+        await self.dataplane.load(request.model_name, parameters_to_dict(request.parameters))
         return pb.RepositoryModelLoadResponse()
 
     @answers_errors
@@ -282,6 +289,23 @@ class InferenceServicer(GRPCInferenceServiceServicer):
         await self.dataplane.unregister_shared_memory(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
+    # Triton's CUDA shared memory, answered without a GPU (the logic: triton/cuda_shared_memory.py)
+    @answers_errors
+    async def CudaSharedMemoryStatus(self, request, context, call):
+        Region = pb.CudaSharedMemoryStatusResponse.RegionStatus
+        return pb.CudaSharedMemoryStatusResponse(regions={
+            r["name"]: Region(**r) for r in cuda_shared_memory.status(self.dataplane.shared_memory.allowed,
+                                                                       request.name)})
+
+    @answers_errors
+    async def CudaSharedMemoryRegister(self, request, context, call):
+        cuda_shared_memory.register(self.dataplane.shared_memory.allowed, request.name)
+
+    @answers_errors
+    async def CudaSharedMemoryUnregister(self, request, context, call):
+        cuda_shared_memory.unregister(self.dataplane.shared_memory.allowed, request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
+
     # Triton's logging and model configuration extensions (the logic: log_settings.py, model_config.py)
     @answers_errors
     async def LogSettings(self, request, context, call):
@@ -304,8 +328,9 @@ class _TolerantRegistration:
     "Figures moved from code comments"). A generic handler is a dict look-up.
     """
 
-    def __init__(self, server: grpc.aio.Server):
+    def __init__(self, server: grpc.aio.Server, wrap_methods: Callable[[Dict[str, Any]], Dict[str, Any]] | None = None):
         self._server = server
+        self._wrap_methods = wrap_methods  # the restricted groups and the audit log (kserve_sdk/security)
 
     def add_generic_rpc_handlers(self, handlers) -> None:
         pass  # registered below, from the same method table, with the tolerant parsers
@@ -319,6 +344,8 @@ class _TolerantRegistration:
             message_class = getattr(pb, message_types.get(name, ""), None)
             tolerant[name] = handler._replace(request_deserializer=tolerant_parser(message_class)) \
                 if message_class is not None else handler
+        if self._wrap_methods is not None:
+            tolerant = self._wrap_methods(tolerant)
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, tolerant),))
 
 
@@ -328,9 +355,11 @@ PENDING_CALLS = 1 << 16
 
 async def start_grpc_server(dataplane: DataPlane, port: int, max_threads: int, max_send: int,
                             max_receive: int, reuse_port: bool = False,
-                            credentials: grpc.ServerCredentials | None = None) -> grpc.aio.Server:
+                            credentials: grpc.ServerCredentials | None = None,
+                            wrap_methods: Callable[[Dict[str, Any]], Dict[str, Any]] | None = None) -> grpc.aio.Server:
     """Start the gRPC server on ``port`` (all interfaces) on the running loop; workers share the port
-    with ``reuse_port``; TLS with ``credentials``."""
+    with ``reuse_port``; TLS with ``credentials``; ``wrap_methods`` may wrap the method table (name ->
+    ``grpc.RpcMethodHandler``) once, before it is served."""
     server = grpc.aio.server(
         migration_thread_pool=ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="grpc"),
         options=[("grpc.max_send_message_length", max_send), ("grpc.max_receive_message_length", max_receive),
@@ -340,7 +369,8 @@ async def start_grpc_server(dataplane: DataPlane, port: int, max_threads: int, m
                  ("grpc.server.max_pending_requests", PENDING_CALLS),
                  ("grpc.server.max_pending_requests_hard_limit", PENDING_CALLS)],
     )
-    add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane), _TolerantRegistration(server))
+    add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane),
+                                               _TolerantRegistration(server, wrap_methods))
     tracing.untraced.update(UNTRACED)
     if credentials is None:
         server.add_insecure_port(f"[::]:{port}")

@@ -11,6 +11,7 @@ from tornado.httputil import HTTPHeaders
 from ..dataplane import DataPlane, encode_model_answer, not_a_v2_response
 from ..errors import InvalidInput
 from ..lifecycle import Call
+from ..protocol.classification import check_class_counts, classify_requested
 from ..protocol.infer_type import InferRequest, InferResponse
 from ..protocol.rest_codec import decode_infer_request, dumps, encode_infer_response, loads_json, parse_json_length
 from .cloudevents import decode_cloudevent, encode_cloudevent
@@ -32,7 +33,7 @@ async def infer_v2(dataplane: DataPlane, name: str, version: Optional[str], call
                    headers: HTTPHeaders) -> Reply:
     """Open Inference Protocol ``infer``: a JSON, binary-extension or CloudEvent request. ``headers`` are the
     HTTP request's; the model receives the call's."""
-    model = await dataplane.ready_model(name)  # 404 before the body is decoded
+    model = await dataplane.ready_model(name, version)  # 404 (model or version) before the body is decoded
     event = decode_cloudevent(body, headers)
     if event is None:
         # the codec itself, rather than InferRequest.from_bytes's import of it on every call
@@ -42,7 +43,11 @@ async def infer_v2(dataplane: DataPlane, name: str, version: Optional[str], call
         request = event[0] if isinstance(event[0], bytes) else InferRequest.from_dict(event[0], name)
     if not isinstance(request, bytes):
         request.model_version = version
+        if request.request_outputs:
+            check_class_counts(request.request_outputs)  # before the model runs
     response, reply_headers = await dataplane.infer(name, request, call.headers, model, call)
+    if not isinstance(request, bytes):
+        response = v2_answer(request, response, model, call.request_id)
     if event is not None:
         return cloudevent_reply(response, event, name, reply_headers)
     if isinstance(response, InferResponse):
@@ -54,6 +59,18 @@ async def infer_v2(dataplane: DataPlane, name: str, version: Optional[str], call
     if out_length is None:
         return Reply(payload, JSON, reply_headers)
     return Reply(payload, OCTET_STREAM, {**reply_headers, BINARY_HEADER: str(out_length)})
+
+
+def v2_answer(request: InferRequest, response: Any, model: Any, request_id: str) -> Any:
+    """A model's answer to a v2 ``infer`` call as the client receives it, over REST and gRPC alike: with an id
+    (the request's, else the call's ``x-request-id``) and the classes the request asked for in place of the
+    outputs it asked them of (Triton's classification extension; labels from the model's ``labels``)."""
+    if isinstance(response, InferResponse):
+        if not response.id:
+            response.id = request_id
+        if request.request_outputs:
+            classify_requested(response, request.request_outputs, getattr(model, "labels", None))
+    return response
 
 
 async def call_v1(dataplane: DataPlane, verb: str, name: str, call: Call, body: bytes, headers: HTTPHeaders,

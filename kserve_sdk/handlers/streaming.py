@@ -2,7 +2,8 @@
 ``:predict`` of a model whose predict yields (a chunked body, one JSON line per response).
 
 An error before the first response is an ordinary HTTP error; after it, a final event
-``data: {"error": "..."}`` ends the stream cleanly. A client that goes away cancels the model's generator.
+``data: {"error": "..."}`` ends the stream cleanly. A client that goes away cancels the model's generator,
+and so does one that stops reading for ``--send_timeout_seconds``; the call is counted 499.
 """
 import asyncio
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Tuple
@@ -87,7 +88,9 @@ class StreamingHandler(BaseHandler):
             self._write_unsent()
             self.finish(trailer)  # sends what is buffered; the finally below drops the timer
         except (asyncio.CancelledError, StreamClosedError):
-            pass  # the client went away: nothing more to send
+            # The client went away, or stopped reading until --send_timeout_seconds closed its connection:
+            # nothing more to send, and the call is counted and logged 499, as a unary call whose client left.
+            self.set_status(499, "Client Closed Request")
         finally:
             _sending -= 1
             call.watch(None)
@@ -193,7 +196,7 @@ class _GenerateBody:
     async def read_request(self: BaseHandler, name: str, version: Optional[str],
                            tensors_only: bool = False) -> Tuple[Any, bool, Optional[tuple]]:
         """``(request, tensor_form, event)``: an InferRequest for a tensor body, else the generate-form dict."""
-        await self.dataplane.ready_model(name)
+        await self.dataplane.ready_model(name, version)
         event = decode_cloudevent(self.request.body, self.request.headers)
         if event is None:
             doc = json_object(self.request.body)

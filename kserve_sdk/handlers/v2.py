@@ -1,9 +1,10 @@
 """Open Inference Protocol v2 REST: health, metadata, readiness, infer (with the binary extension), and the
 model repository. (Triton's other extensions are kserve_sdk/triton/api.py; the streams, streaming.py.)"""
 from functools import partial
-from typing import Optional
+from typing import Any, Dict, Optional
 
-from ..errors import ModelNotReady, ServerNotReady
+from ..errors import InvalidInput, ServerNotReady
+from ..protocol.rest.json_body import json_object
 from ..protocol.rest_codec import loads_json
 from .api import MODEL, VERSION, RestAPI
 from .base import BaseHandler, cancel_on_disconnect
@@ -59,13 +60,14 @@ class ModelMetadataHandler(BaseHandler):
 
 
 class ModelReadyHandler(BaseHandler):
-    """``GET /v2/models/<m>[/versions/<v>]/ready``."""
+    """``GET /v2/models/<m>[/versions/<v>]/ready``: 200 when ready; 503 while it is not ready yet (warming up,
+    being unloaded, a lazy repository model not loaded yet: asking does not load it), 404 for a model the
+    repository does not serve (unloaded, never known) or a version it does not serve."""
 
     endpoint = "model_ready"
 
     async def get(self, name: str, version: Optional[str] = None) -> None:
-        if not await self.dataplane.model_ready(name):
-            raise ModelNotReady(name)
+        await self.dataplane.ready_model(name, version, load=False)
         self.send_json({"name": name, "ready": True})
 
 
@@ -85,21 +87,34 @@ class InferHandler(BaseHandler):
                                        self.request.headers))
 
 
+def load_parameters(body: bytes) -> Optional[Dict[str, Any]]:
+    """The ``parameters`` object of a repository load request's body (``{"parameters": {"config": "..."}}``);
+    None for an empty body or one without it."""
+    if not body.strip():
+        return None
+    parameters = json_object(body, "a repository load request's body").get("parameters")
+    if parameters is not None and not isinstance(parameters, dict):
+        raise InvalidInput("the 'parameters' of a repository load request must be a JSON object")
+    return parameters
+
+
 class RepositoryHandler(BaseHandler):
-    """``POST /v2/repository/models/<m>/load`` and ``.../unload``."""
+    """``POST /v2/repository/models/<m>/load`` (its body's ``parameters``: Triton's ``config`` override) and
+    ``.../unload``."""
 
     endpoint = "repository"
 
     async def post(self, name: str, action: str) -> None:
         if action == "load":
-            await self.dataplane.load(name)
+            await self.dataplane.load(name, load_parameters(self.request.body))
         else:
             await self.dataplane.unload(name)
         self.send_json({"name": name, action: True})
 
 
 class RepositoryIndexHandler(BaseHandler):
-    """``GET|POST /v2/repository/index``: every model with its state (READY, UNAVAILABLE, LOADING)."""
+    """``GET|POST /v2/repository/index``: every model with its state (READY, UNAVAILABLE, LOADING, UNLOADING) and
+    reason; a model repository's model once per version (``version``), a version never loaded without a state."""
 
     endpoint = "repository_index"
 
@@ -112,7 +127,7 @@ class RepositoryIndexHandler(BaseHandler):
             doc = loads_json(self.request.body)
             ready_only = bool(doc.get("ready")) if isinstance(doc, dict) else False
         entries = await self.dataplane.repository_index()
-        self.send_json([e for e in entries if e["state"] == "READY"] if ready_only else entries)
+        self.send_json([e for e in entries if e.get("state") == "READY"] if ready_only else entries)
 
 
 #: Open Inference Protocol v2. Model metadata comes last of the ``/v2/models/<m>`` routes: the others end

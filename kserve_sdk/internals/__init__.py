@@ -11,6 +11,10 @@ internal, when a pinned library no longer has what a trick uses.
 - :mod:`.tornado_accept`: ``TCPServer._handle_connection`` (accepting for idle workers first)
 - :mod:`.tornado_buffer`: ``IOStream._read_buffer_size`` (the body already arrived with the headers)
 - :mod:`.tornado_headers`: ``RequestHandler._headers`` (the answer's headers, for the access log)
+- :mod:`.tornado_sent`: ``IOStream._total_write_done_index`` (whether an unread answer moved, for the
+  send timeout)
+- :mod:`.tornado_overflow`: a stream's ``close_fd``, replaced per connection (the 431 of headers too large;
+  the plain path closes with no answer, as Tornado does)
 - :mod:`.log_records`: ``logging._startTime`` and ``LogRecord``'s fields (building a record by hand)
 
 Not switchable, because no public path behaves the same: :mod:`.argparse_exact` (argparse's

@@ -201,7 +201,7 @@ class _SubmitHandler(BaseHandler):
 
     async def submit(self, name: str, version: Optional[str]) -> None:
         jobs = jobs_service()
-        self.dataplane.get_model(name)  # the infer route's 404 for a model that does not exist; not ready is fine
+        self.dataplane.get_model(name, version)  # the infer route's 404 (no such model or version); not ready is fine
         callback_url = checked_callback(self, jobs)
         self.check_body(name)
         call = self.open_call()

@@ -14,7 +14,14 @@ import orjson
 from ..errors import InvalidInput
 from .infer_tensors import InferInput, InferMessage, InferOutput, RequestedOutput
 from .rest.json_body import loads_json, require_object
-from .tensor import DataDoesNotFit, Tensor, check_tensor_header, expected_nbytes, in_shared_memory
+from .tensor import (
+    DataDoesNotFit,
+    Tensor,
+    check_bytes_elements,
+    check_tensor_header,
+    expected_nbytes,
+    in_shared_memory,
+)
 
 if TYPE_CHECKING:  # for the annotations only: infer_type's classes call this module
     from .infer_type import InferRequest, InferResponse
@@ -75,6 +82,7 @@ def infer_request_from_dict(
     if not isinstance(inputs, list):
         raise InvalidInput('Expected "inputs" to be a list')
     tensors, end = _decode_tensors(inputs, InferInput, body, json_length, "input")
+    check_bytes_elements(tensors)
     if json_length is not None and end != len(body):
         raise InvalidInput(f"{len(body) - end} bytes follow the binary inputs but no input claims them")
     return cls(

@@ -7,7 +7,7 @@ so the hot path never turns a 1 MiB tensor into a Python list unless a JSON answ
 """
 import struct
 from math import prod
-from typing import Any, Dict, List, Optional, Set, Union
+from typing import Any, Dict, List, Optional, Sequence, Set, Union
 
 import numpy as np
 
@@ -21,6 +21,13 @@ SHM_REGION = "shared_memory_region"
 #: numpy's limit on dimensions (NPY_MAXDIMS), and the most elements an int64 can count.
 MAX_DIMS = 64
 MAX_ELEMENTS = 2 ** 63 - 1
+#: The most elements numpy describes in one array of 8-byte items, zero-sized or not: the product of a
+#: shape's dimensions other than 0 must not pass it.
+NUMPY_MAX_ELEMENTS = (2 ** 63 - 1) // 8
+#: The most BYTES elements one request carries in all its inputs (docs/security.md). Each element becomes a
+#: Python object when a model reads it, however short it is on the wire, and is split from the next in turn:
+#: the limit bounds the memory and time reading them costs. A server script may change it before it starts.
+MAX_BYTES_ELEMENTS = 1 << 20
 
 #: The longest list of JSON values ``raw_bytes`` packs itself, with struct: for a few elements (a streamed
 #: token's id, a score) that is several times quicker than a numpy array made and dropped again. Longer
@@ -113,8 +120,12 @@ def _check_shape(name: str, shape: Any) -> List[int]:
             raise InvalidInput(f"input '{name}': shape {_short(list(shape))} has a negative dimension")
     if len(shape) > MAX_DIMS:
         raise InvalidInput(f"input '{name}': shape has {len(shape)} dimensions; at most {MAX_DIMS} are supported")
-    if prod(shape) > MAX_ELEMENTS:
+    count = prod(shape)
+    if count > MAX_ELEMENTS:
         raise InvalidInput(f"input '{name}': shape {list(shape)} has more elements than an int64 can count")
+    if not count and prod(d for d in shape if d) > NUMPY_MAX_ELEMENTS:  # e.g. [0, 2**62]: no array has it
+        raise InvalidInput(f"shape {list(shape)} of input '{name}' is too large: its dimensions other than 0 "
+                           f"multiply to more than {NUMPY_MAX_ELEMENTS}, the most a numpy array holds")
     return shape if type(shape) is list else list(shape)
 
 
@@ -238,7 +249,7 @@ class Tensor:
     def _array_from_json(self, dtype: np.dtype) -> np.ndarray:
         try:
             if self._datatype == "BYTES":
-                values = list(_flatten(self._data))
+                values = _flat_values(self._data)
                 flat = np.empty(len(values), dtype=np.object_)
                 flat[:] = values
                 return flat
@@ -392,14 +403,23 @@ def _same_values(a: Tensor, b: Tensor) -> bool:
         return a._data == b._data
 
 
-def _flatten(values: Any):
-    if isinstance(values, (list, tuple)):
-        for v in values:
-            yield from _flatten(v)
-    elif isinstance(values, dict):
-        raise TypeError("a BYTES element is a JSON object, not text")
-    else:
-        yield values
+def _flat_values(data: Any) -> list:
+    """The values of nested lists in order, one level of nesting at a time (no recursion: a client may
+    nest deeper than Python recurses); ValueError past MAX_DIMS levels, TypeError for a JSON object."""
+    level = data if isinstance(data, (list, tuple)) else [data]
+    for _ in range(MAX_DIMS):
+        if not any(issubclass(kind, (list, tuple, dict)) for kind in set(map(type, level))):
+            return level if type(level) is list else list(level)
+        flat: list = []
+        for v in level:
+            if isinstance(v, (list, tuple)):
+                flat.extend(v)
+            elif isinstance(v, dict):
+                raise TypeError("a BYTES element is a JSON object, not text")
+            else:
+                flat.append(v)
+        level = flat
+    raise ValueError(f"its lists nest more than {MAX_DIMS} levels deep, deeper than any shape")
 
 
 def _bytes_as_text(arr: np.ndarray, name: str) -> List[str]:
@@ -425,6 +445,18 @@ def check_tensor_header(name: Any, shape: Any, datatype: Any) -> List[int]:
     if not isinstance(datatype, str) or datatype.upper() not in DATATYPES:
         raise InvalidInput(f"input '{name}': unsupported datatype {datatype!r}")
     return shape
+
+
+def check_bytes_elements(tensors: Sequence[Tensor]) -> None:
+    """Refuse (InvalidInput) a request whose BYTES inputs hold more than MAX_BYTES_ELEMENTS elements in
+    all, by their shapes, before any is read."""
+    total = 0
+    for tensor in tensors:
+        if tensor._datatype == "BYTES":
+            total += prod(tensor._shape)
+    if total > MAX_BYTES_ELEMENTS:
+        raise InvalidInput(f"the request's BYTES inputs hold {total} elements in all; a request may carry at most "
+                           f"{MAX_BYTES_ELEMENTS}")
 
 
 def in_shared_memory(tensor: Any) -> bool:

@@ -29,6 +29,10 @@ class TabularModel(kserve.Model):
     runtime = ""
     extensions: Sequence[str] = ()
     input_datatype = "FP64"
+    #: The v2 output's name, and whether a prediction of one value per row is answered as a column [N, 1]
+    #: (MLServer's runtimes answer ``predict`` that way; a repository naming their classes gets it).
+    output_name = "output-0"
+    output_as_column = False
 
     def __init__(self, name: str, model_dir: str):
         super().__init__(name)
@@ -69,7 +73,9 @@ class TabularModel(kserve.Model):
             result = self.predict_rows(rows)
         except (ValueError, TypeError) as e:
             raise InvalidInput(f"{self.runtime} could not predict these rows: {e}") from e
-        return get_predict_response(payload, result, self.name)
+        if self.output_as_column and isinstance(result, np.ndarray) and result.ndim == 1:
+            result = result.reshape(-1, 1)
+        return get_predict_response(payload, result, self.name, self.output_name)
 
     def _rows(self, payload: Any) -> Any:
         rows = get_predict_input(payload, columns=self.columns())
@@ -93,7 +99,8 @@ class TabularModel(kserve.Model):
         except Exception:  # a model that rejects zeros still serves; its metadata just stays unknown
             return []
         datatype = from_np_dtype(sample.dtype) or "BYTES"
-        return [{"name": "output-0", "datatype": datatype, "shape": [-1, *sample.shape[1:]]}]
+        shape = [-1, 1] if self.output_as_column and sample.ndim == 1 else [-1, *sample.shape[1:]]
+        return [{"name": self.output_name, "datatype": datatype, "shape": shape}]
 
 
 def env_flag(name: str) -> bool:

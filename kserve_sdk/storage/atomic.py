@@ -1,8 +1,9 @@
 """Atomic placement: a model directory appears complete or not at all.
 
 Files are fetched into ``.<name>.partial-<pid>-*`` beside the target and renamed into place when complete.
-A failure (or SIGTERM while downloading) removes the partial directory; partial directories left by a
-process that died (SIGKILL, power loss) are removed by the next download of the same target.
+A failure (or SIGTERM while downloading) removes the partial directory, and a full disk is reported as such;
+partial directories left by a process that died (SIGKILL, power loss) are removed by the next download of the
+same target.
 """
 import contextlib
 import os
@@ -13,7 +14,7 @@ import threading
 import time
 from typing import Iterator
 
-from .common import StorageError
+from .common import StorageError, is_out_of_space, write_failure
 
 
 def _pid_alive(pid: int) -> bool:
@@ -121,6 +122,11 @@ def placement(target: str) -> Iterator[str]:
         with _sigterm_raises():
             yield work
             _place(work, target)
+    except OSError as e:
+        _remove(work)
+        if is_out_of_space(e):  # (the file's own error does not say which download it was)
+            raise write_failure(e, "downloading", target) from e
+        raise
     except BaseException:
         _remove(work)
         raise

@@ -1,4 +1,6 @@
-"""What every storage scheme shares: the error type, URI redaction, optional SDK imports, file selection."""
+"""What every storage scheme shares: the error type, URI redaction, optional SDK imports, file selection, what a
+failed write is called."""
+import errno
 import fnmatch
 import importlib
 import os
@@ -143,6 +145,34 @@ def objects_below(names: Iterable[Tuple[str, int]], prefix: str, allow_patterns:
     return chosen
 
 
+#: Errors of a write that mean the disk (or the space this process may use) is full.
+_NO_SPACE = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+             errno.EFBIG: "file too large (a file size limit: ulimit -f)"}
+
+
+def is_out_of_space(error: BaseException) -> bool:
+    """Whether ``error`` is a write refused for want of space (full disk, quota, file size limit)."""
+    return isinstance(error, OSError) and error.errno in _NO_SPACE
+
+
+def write_failure(error: OSError, doing: str, path: str) -> StorageError:
+    """A StorageError for a write that failed while ``doing`` (e.g. "unpacking model.tar.gz") into ``path``: a
+    full disk is said as such, with the space left there, never as a corrupt download."""
+    if error.errno in _NO_SPACE:
+        return StorageError(f"{_NO_SPACE[error.errno]} while {doing} into {path}{_space_left(path)}")
+    return StorageError(f"cannot write {path} while {doing}: {error.strerror or error}")
+
+
+def _space_left(path: str) -> str:
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        stat = os.statvfs(path or ".")
+    except OSError:
+        return ""
+    return f" ({stat.f_bavail * stat.f_frsize} bytes free there)"
+
+
 def env_int(name: str, default: int) -> int:
     try:
         return int(os.environ.get(name, default))
@@ -166,7 +196,12 @@ def download_all(files: List[Tuple[str, str, int]], dest: str, fetch_one: Callab
 
     def one(name: str, rel: str, size: int) -> None:
         path = os.path.join(dest, rel)
-        fetch_one(name, path)
+        try:
+            fetch_one(name, path)
+        except OSError as e:
+            if is_out_of_space(e):
+                raise write_failure(e, f"downloading {name}", path) from e
+            raise
         got = os.path.getsize(path)
         if size is not None and got != size:
             raise StorageError(f"{name}: received {got} bytes, the listing says {size}")

@@ -1,11 +1,13 @@
 """Triton's protocol extensions over REST: model statistics, model configuration, trace settings, log
-settings and system shared memory. (The repository extension's routes are v2's, handlers/v2.py.)"""
+settings, system shared memory and CUDA shared memory (answered without a GPU: cuda_shared_memory.py). (The
+repository extension's routes are v2's, handlers/v2.py.)"""
 from typing import Optional
 
 from ..errors import InvalidInput
 from ..handlers.api import MODEL, VERSION, RestAPI
 from ..handlers.base import BaseHandler
 from ..protocol.rest_codec import loads_json
+from . import cuda_shared_memory
 
 REGION = r"([^/]+)"
 
@@ -89,6 +91,34 @@ class SharedMemoryUnregisterHandler(BaseHandler):
         self.send_json({})
 
 
+class CudaSharedMemoryStatusHandler(BaseHandler):
+    """``GET /v2/cudasharedmemory[/region/<r>]/status``: none is registered on a server without GPUs."""
+
+    endpoint = "cuda_shm_status"
+
+    def get(self, region: str = "") -> None:
+        self.send_json(cuda_shared_memory.status(self.dataplane.shared_memory.allowed, region))
+
+
+class CudaSharedMemoryRegisterHandler(BaseHandler):
+    """``POST /v2/cudasharedmemory/region/<r>/register``: refused, this server has no GPU."""
+
+    endpoint = "cuda_shm_register"
+
+    def post(self, region: str) -> None:
+        cuda_shared_memory.register(self.dataplane.shared_memory.allowed, region)
+
+
+class CudaSharedMemoryUnregisterHandler(BaseHandler):
+    """``POST /v2/cudasharedmemory[/region/<r>]/unregister``: succeeds, as there is nothing to forget."""
+
+    endpoint = "cuda_shm_unregister"
+
+    def post(self, region: str = "") -> None:
+        cuda_shared_memory.unregister(self.dataplane.shared_memory.allowed, region)
+        self.send_json({})
+
+
 #: Triton's extensions. ``/v2/models/stats`` (every model's statistics) comes before v2's model metadata in
 #: the server's list, whose pattern would take ``stats`` as a model's name.
 API = RestAPI("triton", [
@@ -103,4 +133,9 @@ API = RestAPI("triton", [
     (rf"/v2/systemsharedmemory/region/{REGION}/register", SharedMemoryRegisterHandler),
     (r"/v2/systemsharedmemory/unregister", SharedMemoryUnregisterHandler),
     (rf"/v2/systemsharedmemory/region/{REGION}/unregister", SharedMemoryUnregisterHandler),
+    (r"/v2/cudasharedmemory/status", CudaSharedMemoryStatusHandler),
+    (rf"/v2/cudasharedmemory/region/{REGION}/status", CudaSharedMemoryStatusHandler),
+    (rf"/v2/cudasharedmemory/region/{REGION}/register", CudaSharedMemoryRegisterHandler),
+    (r"/v2/cudasharedmemory/unregister", CudaSharedMemoryUnregisterHandler),
+    (rf"/v2/cudasharedmemory/region/{REGION}/unregister", CudaSharedMemoryUnregisterHandler),
 ], untraced=("trace_setting",))

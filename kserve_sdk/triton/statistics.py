@@ -118,7 +118,12 @@ def _files(model_name: str, kind: str, slots: int) -> List[np.ndarray]:
         own = (_counters if kind == "stats" else _batch_counters).get(model_name)
         return [] if own is None else [np.array(own.tolist(), dtype=np.int64)]
     paths = glob.glob(os.path.join(glob.escape(directory), _file_prefix(model_name, kind) + "*.bin"))
-    every = [np.fromfile(path, dtype=np.int64) for path in paths]
+    every = []
+    for path in paths:
+        try:
+            every.append(np.fromfile(path, dtype=np.int64))
+        except FileNotFoundError:  # a dead worker's file, folded into the dead totals since the glob
+            continue
     return [counts for counts in every if counts.size == slots]  # a file being made is not counted yet
 
 

@@ -102,11 +102,12 @@ def get_predict_input(payload: Union[Dict, InferRequest], columns: Optional[List
     raise InvalidInput(f"unsupported payload type {type(payload).__name__}")
 
 
-def get_predict_response(payload: Union[Dict, InferRequest], result, model_name: str) -> Union[Dict, InferResponse]:
+def get_predict_response(payload: Union[Dict, InferRequest], result, model_name: str,
+                         output_name: str = "output-0") -> Union[Dict, InferResponse]:
     """Wrap a prediction as the response the request's protocol expects.
 
     v1: ``{"predictions": [...]}``. v2: an InferResponse with one output per DataFrame column, or a
-    single ``output-0`` tensor for an array or list.
+    single ``output_name`` tensor for an array or list.
     """
     if isinstance(payload, dict):
         if hasattr(result, "iterrows"):
@@ -120,9 +121,9 @@ def get_predict_response(payload: Union[Dict, InferRequest], result, model_name:
     if hasattr(result, "columns"):
         outputs = [_output(str(col), result[col].to_numpy(), binary) for col in result.columns]
     elif isinstance(result, list) and result and isinstance(result[0], str):
-        outputs = [_output("output-0", np.array(result, dtype=np.object_), binary)]
+        outputs = [_output(output_name, np.array(result, dtype=np.object_), binary)]
     else:
-        outputs = [_output("output-0", np.asarray(result), binary)]
+        outputs = [_output(output_name, np.asarray(result), binary)]
     return InferResponse(
         response_id=payload.id or generate_uuid(),
         model_name=model_name,

@@ -163,13 +163,12 @@ def answer(*outputs, binary=False, requested=None):
                          requested_outputs=requested)
 
 
-def test_an_answer_to_typed_inputs_is_typed():
+def test_an_answer_to_typed_inputs_is_raw_as_triton_answers():
     msg = infer_response_to_grpc(answer(InferOutput("y", [2], "INT32", np.array([1, 2], dtype=np.int32)),
                                         InferOutput("s", [1], "BYTES", ["a"])))
     assert (msg.id, msg.model_name, msg.model_version) == ("r1", "m", "2") and msg.parameters["k"].int64_param == 1
-    assert list(msg.outputs[0].contents.int_contents) == [1, 2]
-    assert list(msg.outputs[1].contents.bytes_contents) == [b"a"]
-    assert list(msg.raw_output_contents) == []
+    assert list(msg.raw_output_contents) == [np.array([1, 2], "<i4").tobytes(), b"\x01\x00\x00\x00a"]
+    assert not msg.outputs[0].HasField("contents") and not msg.outputs[1].HasField("contents")
 
 
 def test_an_answer_is_all_raw_when_one_output_has_no_typed_field():
@@ -195,7 +194,7 @@ def test_a_shared_memory_output_keeps_its_raw_slot_empty():
 def test_an_answer_written_into_a_given_message():
     target = pb.ModelStreamInferResponse()
     infer_response_to_grpc(answer(InferOutput("y", [1], "FP64", [0.5])), target.infer_response)
-    assert list(target.infer_response.outputs[0].contents.fp64_contents) == [0.5]
+    assert list(target.infer_response.raw_output_contents) == [np.array([0.5]).tobytes()]
 
 
 def test_trace_settings_updates():

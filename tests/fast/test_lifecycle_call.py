@@ -62,7 +62,7 @@ def test_close_is_counted_once_and_keeps_the_duration():
 
 @pytest.mark.parametrize("exc,expected", [
     (InvalidInput("bad"), Failure(400, "INVALID_ARGUMENT", "bad", None)),
-    (ModelNotFound("m"), Failure(404, "NOT_FOUND", "Model with name m does not exist.", None)),
+    (ModelNotFound("m"), Failure(404, "NOT_FOUND", str(ModelNotFound("m")), None)),
     (ServerBusy(2), Failure(503, "UNAVAILABLE", ServerBusy(2).reason, 1)),
     (DeadlineExceeded("m", 2, "x"), Failure(504, "DEADLINE_EXCEEDED", str(DeadlineExceeded("m", 2, "x")), None)),
     (ValueError("v"), Failure(500, "INTERNAL", "ValueError : v", None)),

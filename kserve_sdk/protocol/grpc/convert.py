@@ -4,21 +4,27 @@ Raw contents become tensors read through numpy views; typed contents are checked
 and datatype. Every problem in a client's message raises InvalidInput (gRPC INVALID_ARGUMENT).
 """
 from math import prod
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Type, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Optional, Type, TypeVar
 
 import numpy as np
 
 from ...constants.constants import GRPC_CONTENT_DATATYPE_MAPPINGS
 from ...errors import InvalidInput
+from ..classification import check_class_counts
 from ..dtypes import np_dtype_of
 from ..infer_tensors import InferInput, InferOutput, RequestedOutput
-from ..tensor import SHM_REGION, Tensor, check_tensor_header, expected_nbytes
+from ..tensor import SHM_REGION, Tensor, check_bytes_elements, check_tensor_header, expected_nbytes
 from . import grpc_predict_v2_pb2 as pb
 
 if TYPE_CHECKING:  # for the annotations only: infer_type's classes call this module
     from ..infer_type import InferRequest, InferResponse
 
 TensorT = TypeVar("TensorT", bound=Tensor)  # InferInput or InferOutput
+
+
+#: Triton's decoupled streams: a request's opt-in to an empty answer after its last one, and each answer's flag.
+EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
+FINAL_RESPONSE = "triton_final_response"
 
 
 class Undecodable:
@@ -145,12 +151,22 @@ def _typed_contents(tensor: Tensor, contents) -> Optional[np.ndarray]:
     return flat
 
 
-def _tensors_from_grpc(entries, raws, cls: Type[TensorT], kind: str) -> List[TensorT]:
+def _mixed_contents(kind: str, name: str, model_name: str) -> InvalidInput:
+    """Typed contents in a message with raw contents: refused in Triton's words, then ours."""
+    return InvalidInput(f"contents field must not be specified when using raw_{kind}_contents for '{name}' for "
+                        f"model '{model_name}': {kind} '{name}' has typed contents but the message also has raw "
+                        "contents")
+
+
+def _tensors_from_grpc(entries, raws, cls: Type[TensorT], kind: str, model_name: str = "") -> List[TensorT]:
     # Tensors in shared memory may have no raw content: then the raw contents belong to the others, in order.
     aligned = len(raws) == len(entries)
     if raws and not aligned:
         in_place = sum(1 for e in entries if SHM_REGION not in e.parameters)
         if len(raws) != in_place:
+            typed = next((e.name for e in entries if e.HasField("contents")), None)
+            if typed is not None:  # the count is off because some tensor came typed: say that
+                raise _mixed_contents(kind, typed, model_name)
             raise InvalidInput(f"{len(raws)} raw {kind} contents given for {in_place} {kind}s")
     next_raw = iter(raws).__next__
     tensors: List[TensorT] = []
@@ -162,21 +178,21 @@ def _tensors_from_grpc(entries, raws, cls: Type[TensorT], kind: str) -> List[Ten
             raise InvalidInput(f"duplicate {kind} name '{name}'")
         seen.add(name)
         tensor = cls(name, shape, datatype, parameters=params)
-        flat = _typed_contents(tensor, entry.contents) if entry.HasField("contents") else None
+        typed = entry.HasField("contents")
         if params is not None and SHM_REGION in params:
             if raws and aligned:
                 next_raw()  # the empty placeholder of a tensor in shared memory
             # the data plane reads the content from the region
         elif raws:
-            if flat is not None:
-                raise InvalidInput(f"{kind} '{name}' has typed contents but the message also has raw contents")
+            if typed:
+                raise _mixed_contents(kind, name, model_name)
             raw = next_raw()
             expected = expected_nbytes(datatype, shape)
             if expected >= 0 and len(raw) != expected:
                 raise InvalidInput(f"{kind} '{name}': {len(raw)} raw bytes do not match shape {shape} "
                                    f"of {tensor.datatype} ({expected} bytes)")
             tensor._raw_data = raw
-        elif flat is not None:
+        elif typed and (flat := _typed_contents(tensor, entry.contents)) is not None:
             if flat.size != prod(shape):
                 raise InvalidInput(f"{kind} '{name}': {flat.size} values given but shape {shape} "
                                    f"needs {prod(shape)}")
@@ -194,24 +210,24 @@ def infer_request_from_grpc(cls: Type["InferRequest"], request) -> "InferRequest
     if isinstance(request, Undecodable):
         raise InvalidInput(request.reason)
     raws = request.raw_input_contents[:]  # repeated fields are read by slices: a list at C speed
-    inputs = _tensors_from_grpc(request.inputs, raws, InferInput, "input")
+    inputs = _tensors_from_grpc(request.inputs, raws, InferInput, "input", request.model_name)
+    check_bytes_elements(inputs)
     wanted = request.outputs
     outputs = [RequestedOutput(o.name, parameters_to_dict(o.parameters)) for o in wanted[:]] if wanted else None
+    if outputs is not None:
+        check_class_counts(outputs)  # Triton's classification extension: refused before the model runs
+    parameters = parameters_to_dict(request.parameters)
+    if parameters and type(parameters.get(EMPTY_FINAL_RESPONSE, False)) is not bool:
+        raise InvalidInput(f"invalid value type for '{EMPTY_FINAL_RESPONSE}' parameter, expected bool_param "
+                           "(tritonclient's enable_empty_final_response=True)")
     result = cls(model_name=request.model_name, infer_inputs=inputs, request_id=request.id or None,
-                 from_grpc=True, parameters=parameters_to_dict(request.parameters),
+                 from_grpc=True, parameters=parameters,
                  request_outputs=outputs, model_version=request.model_version or None)
     result._use_raw_outputs = bool(raws)
     return result
 
 
-def _typed_values(tensor: Tensor) -> List:
-    arr = tensor.as_numpy().reshape(-1)
-    if tensor.datatype == "BYTES":
-        return [v if isinstance(v, bytes) else str(v).encode("utf-8") for v in arr]
-    return arr.tolist()
-
-
-def _tensor_message(msg, tensor: Tensor, raw: bool, raws) -> None:
+def _tensor_message(msg, tensor: Tensor, raws) -> None:
     msg.name = tensor.name
     msg.datatype = tensor.datatype
     msg.shape.extend(tensor.shape)
@@ -220,27 +236,19 @@ def _tensor_message(msg, tensor: Tensor, raw: bool, raws) -> None:
         fill_parameters(msg.parameters,
                         {k: v for k, v in params.items() if k not in ("binary_data_size", "binary_data")})
     if params and SHM_REGION in params:
-        if raw:
-            raws.append(b"")  # clients find an output's raw content by its index
-    elif raw:
-        raws.append(bytes(tensor.raw_bytes()))
+        raws.append(b"")  # clients find an output's raw content by its index
     else:
-        getattr(msg.contents, GRPC_CONTENT_DATATYPE_MAPPINGS[tensor.datatype]).extend(_typed_values(tensor))
+        raws.append(bytes(tensor.raw_bytes()))
 
 
 def infer_response_to_grpc(response: "InferResponse", msg=None):
     """An InferResponse as a ``ModelInferResponse``, written into ``msg`` when given (e.g. the
     ``infer_response`` of a stream message, which would otherwise be copied in).
 
-    Outputs go as ``raw_output_contents`` when the request used raw inputs or asked for binary output
-    (all of them: the protocol does not mix), or when a datatype has no typed field (FP16, BF16).
+    Outputs always go as ``raw_output_contents``, as Triton sends them (its clients read them there), whether
+    the request's inputs came raw or typed.
     """
     pairs = response.selected_outputs()
-    raw = False
-    for tensor, binary in pairs:
-        if binary or tensor.datatype not in GRPC_CONTENT_DATATYPE_MAPPINGS:
-            raw = True
-            break
     if msg is None:
         msg = pb.ModelInferResponse()
     # Fields are set one by one and only when there is something to set: each access to a message's
@@ -255,7 +263,7 @@ def infer_response_to_grpc(response: "InferResponse", msg=None):
         fill_parameters(msg.parameters, response.parameters)
     outputs, raws = msg.outputs, msg.raw_output_contents
     for tensor, _ in pairs:
-        _tensor_message(outputs.add(), tensor, raw, raws)
+        _tensor_message(outputs.add(), tensor, raws)
     return msg
 
 
@@ -266,7 +274,7 @@ def infer_request_to_grpc(request: "InferRequest"):
     fill_parameters(msg.parameters, request.parameters)
     raws: List[bytes] = []
     for tensor in request.inputs:
-        _tensor_message(msg.inputs.add(), tensor, True, raws)
+        _tensor_message(msg.inputs.add(), tensor, raws)
     msg.raw_input_contents.extend(raws)
     for wanted in request.request_outputs or []:
         out = msg.outputs.add(name=wanted.name)
@@ -276,7 +284,35 @@ def infer_request_to_grpc(request: "InferRequest"):
 
 def infer_response_from_grpc(cls: Type["InferResponse"], response) -> "InferResponse":
     """A ``ModelInferResponse`` as a ``cls`` (an InferResponse)."""
-    outputs = _tensors_from_grpc(response.outputs, list(response.raw_output_contents), InferOutput, "output")
+    outputs = _tensors_from_grpc(response.outputs, list(response.raw_output_contents), InferOutput, "output",
+                                 response.model_name)
     return cls(response_id=response.id, model_name=response.model_name,
                model_version=response.model_version or None, infer_outputs=outputs,
                from_grpc=True, parameters=parameters_to_dict(response.parameters))
+
+
+def wants_empty_final_response(request) -> bool:
+    """Whether a ``ModelInferRequest`` of a stream asks for Triton's empty final response (a value that is not a
+    bool is refused when the request is decoded)."""
+    if isinstance(request, Undecodable):
+        return False
+    params = request.parameters
+    return EMPTY_FINAL_RESPONSE in params and params[EMPTY_FINAL_RESPONSE].bool_param
+
+
+async def with_final_response(request, messages: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """A stream's answers to ``request`` as Triton's decoupled streams send them to a request that asks for an
+    empty final response: each ``ModelStreamInferResponse`` flagged ``triton_final_response: false``, then an
+    empty one flagged true, with the request's id, model name and version."""
+    try:
+        async for message in messages:
+            message.infer_response.parameters[FINAL_RESPONSE].bool_param = False
+            yield message
+    except BaseException:  # the client went away: the answers stop at once, their model's too
+        await messages.aclose()  # type: ignore[attr-defined]  # an async generator
+        raise
+    final = pb.ModelStreamInferResponse()
+    answer = final.infer_response
+    answer.id, answer.model_name, answer.model_version = request.id, request.model_name, request.model_version
+    answer.parameters[FINAL_RESPONSE].bool_param = True
+    yield final
