@@ -184,6 +184,12 @@ def _pace_of(fn: Callable) -> _Pace:
     return pace
 
 
+def forget(owner: Any) -> None:
+    """Let go of the pace kept for the methods of ``owner`` (a model the server no longer serves)."""
+    for key in [key for key in _paces if key[0] == id(owner)]:
+        del _paces[key]
+
+
 def run_stage(fn: Callable, *args: Any) -> Any:
     """Run the sync stage ``fn(*args)``: on the loop when it has been quick, else on a model thread.
 

@@ -157,15 +157,40 @@ def observe_stages(model_name: str, timings: Dict[str, float]) -> None:
         return
     writers = _stage_writers.get(model_name)
     if writers is None:
-        writers = _stage_writers[model_name] = {key: _child(metric, model_name) for key, metric in _m.stages.items()}
+        writers = _stage_writers[model_name] = {}
     for key, ms in timings.items():
-        writer = writers.get(key)
+        writer = writers.get(key, _UNSEEN)
+        if writer is _UNSEEN:  # a model's histograms are made for the stages it has (few run explain)
+            metric = _m.stages.get(key)
+            writer = writers[key] = None if metric is None else _child(metric, model_name)
         if writer is not None:  # queue_ms has no histogram of KServe's: it is inside predict_ms
             writer.observe(ms / 1000.0)
 
 
-_stage_writers: Dict[str, Dict[str, object]] = {}  # model name -> {timing key: its histogram's writer}
+_UNSEEN = object()
+_stage_writers: Dict[str, Dict[str, Any]] = {}  # model name -> {timing key: its histogram's writer, or None}
 os.register_at_fork(after_in_child=_stage_writers.clear)
+
+
+def forget_model(model_name: str) -> None:
+    """Let go of what this process keeps in memory for ``model_name``'s series (a model repository's model
+    no longer loaded): each metric's child and the writers of its values. The values stay in the metrics
+    files, so scrapes still show them, and a series made again for the name continues from its count."""
+    if _m is None or not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # in one process's memory: they stay
+        return
+    from .internals.prometheus_children import drop_children
+    from .internals.prometheus_values import release_pages
+
+    metrics = [*vars(_m).values(), *(metric for group in (_m.stages, _m.llm_tokens) for metric in group.values())]
+    if _repository_metrics is not None:
+        metrics.append(_repository_metrics.memory)
+    drop_children(metrics, "model_name", model_name)
+    for key in [key for key in _children if key[1][:1] == (model_name,)]:
+        del _children[key]
+    for labels in [labels for labels in _answer_writers if labels[0] == model_name]:
+        del _answer_writers[labels]
+    _stage_writers.pop(model_name, None)
+    release_pages()
 
 
 def request_started(protocol: str) -> None:

@@ -108,6 +108,30 @@ def test_prometheus_children_are_written_directly_and_count_like_prometheus_clie
     assert [float(x) for x in out.split("] ")[1].split()] == pytest.approx([5.65, 2.0])
 
 
+PROMETHEUS_CHILDREN = """
+from kserve_sdk import metrics
+metrics.setup()
+from prometheus_client import CollectorRegistry, Counter, multiprocess
+from kserve_sdk.internals.prometheus_children import drop_children
+counter = Counter("c", "a counter", ["model_name", "k"])
+for name in ("_labelnames", "_metrics", "_lock"):
+    assert hasattr(counter, name), f"prometheus_client.Counter has no {name}"
+counter.labels("gone", "a").inc(2)
+counter.labels("kept", "a").inc(1)
+drop_children([counter], "model_name", "gone")
+print(sorted(labels[0] for labels in counter._metrics))
+counter.labels("gone", "a").inc(3)  # made again: it continues from its count in the file
+registry = CollectorRegistry()
+multiprocess.MultiProcessCollector(registry)
+print(registry.get_sample_value("c_total", {"model_name": "gone", "k": "a"}))
+"""
+
+
+def test_a_model_names_children_are_dropped_and_its_count_continues_when_made_again(tmp_path):
+    """prometheus_children: a labelled metric's ``_labelnames``, ``_metrics`` and ``_lock``."""
+    assert _run_python(PROMETHEUS_CHILDREN, tmp_path).splitlines() == ["['kept']", "5.0"]
+
+
 PROMETHEUS_GAPS = """
 from kserve_sdk import metrics
 metrics.setup()

@@ -177,7 +177,9 @@ def test_a_job_in_the_store_runs_with_its_request_id_and_keeps_the_synchronous_a
     status, headers, body = synchronous(server, "echo", v2_body(7))
     assert (reply.status, reply.headers["content-type"]) == (status, headers["content-type"]) == (200,
                                                                                                   "application/json")
-    assert json.loads(reply.body) == json.loads(body)
+    answer, synchronous_answer = json.loads(reply.body), json.loads(body)
+    assert answer["id"] == job.request_id  # an answer without an id of its own carries the call's request id
+    assert {**answer, "id": None} == {**synchronous_answer, "id": None}
     server.log_with(f"requestId: {job.request_id}, preprocess_ms")  # the latency line names it
 
 
@@ -284,7 +286,8 @@ def test_a_job_submitted_through_the_api_runs_and_is_counted(server):
     assert eventually(completed, 20)["request_id"] == "api-job-31"
     code, result_headers, result = request(port, "GET", f"/v2/jobs/{job_id}/result")
     assert code == 200 and result_headers["content-type"] == "application/json"
-    assert json.loads(result) == json.loads(synchronous(server, "echo", v2_body(31))[2])
+    answer, synchronous_answer = json.loads(result), json.loads(synchronous(server, "echo", v2_body(31))[2])
+    assert answer["id"] == "api-job-31" and {**answer, "id": None} == {**synchronous_answer, "id": None}
     samples = scrape(server)
     assert value(samples, "kserve_jobs_submitted_total", model_name="echo") >= 1
     assert value(samples, "kserve_jobs_finished_total", model_name="echo", status=COMPLETED) >= 1

@@ -8,6 +8,8 @@ internal, when a pinned library no longer has what a trick uses.
 
 - :mod:`.prometheus_values`: prometheus-client's ``values.ValueClass`` and its multi-process file layout
 - :mod:`.prometheus_writers`: a metric child's ``_value``, ``_buckets``, ``_sum`` and ``_upper_bounds``
+- :mod:`.prometheus_children`: a labelled metric's ``_labelnames``, ``_metrics`` and ``_lock`` (dropping an
+  evicted repository model's children)
 - :mod:`.tornado_accept`: ``TCPServer._handle_connection`` (accepting for idle workers first)
 - :mod:`.tornado_buffer`: ``IOStream._read_buffer_size`` (the body already arrived with the headers)
 - :mod:`.tornado_headers`: ``RequestHandler._headers`` (the answer's headers, for the access log)

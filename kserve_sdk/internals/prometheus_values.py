@@ -17,16 +17,20 @@ docs/performance.md.)
 Plain path (``KSERVE_SDK_INTERNALS=off``): :func:`install` does nothing and prometheus-client's own
 ``MultiProcessValue`` keeps the files.
 """
+import hashlib
 import json
 import mmap
 import os
 import struct
 import threading
+import weakref
 from typing import Dict, List, Optional
 
 from . import ENABLED
 
 _INITIAL_SIZE = 1 << 16
+#: How much a file grows between two releases of its pages (:meth:`_ValueFile.release_pages`).
+RELEASE_BYTES = 1 << 20
 _INT = struct.Struct("i")
 _lock = threading.Lock()  # one for all values: updates are a few instructions long
 
@@ -50,7 +54,9 @@ class _ValueFile:
         # A larger file gets a new, larger mapping; the old ones stay open because values keep views of
         # them, and every mapping of the file shows the same bytes.
         self._maps: List[mmap.mmap] = [mmap.mmap(self._file.fileno(), size)]
-        self._positions: Dict[str, int] = {}
+        # key digest -> where its doubles are; kept for every key ever written, so a value made again (a
+        # repository model loaded again after its eviction) continues from its count
+        self._positions: Dict[int, int] = {}
         used = _INT.unpack_from(self._maps[-1], 0)[0]
         if used == 0:
             used = 8
@@ -58,6 +64,16 @@ class _ValueFile:
         else:
             self._read_positions(used)
         self._used = used
+        self._released = used  # how far the file was used when its pages were last released
+
+    def release_pages(self) -> None:
+        """Drop this process's mappings of the file's pages (a value written later maps its page again): the
+        values of series no longer used (a model repository's evicted models) stop counting in its memory.
+        Done once the file has grown by RELEASE_BYTES since the last time, so live values seldom fault."""
+        if self._used - self._released >= RELEASE_BYTES and hasattr(mmap, "MADV_DONTNEED"):
+            for data in self._maps:
+                data.madvise(mmap.MADV_DONTNEED)  # a shared file mapping: the bytes stay in the file
+            self._released = self._used
 
     def _read_positions(self, used: int) -> None:
         data, pos = self._maps[-1], 8
@@ -65,14 +81,15 @@ class _ValueFile:
             length = _INT.unpack_from(data, pos)[0]
             key = bytes(data[pos + 4:pos + 4 + length]).decode("utf-8")
             pos += 4 + length + (8 - (length + 4) % 8)
-            self._positions[key] = pos
+            self._positions[_digest(key)] = pos
             pos += 16
 
     def slot(self, key: str) -> memoryview:
         """The (value, timestamp) doubles of ``key`` as a writable view; the entry is added when new."""
-        pos = self._positions.get(key)
+        digest = _digest(key)
+        pos = self._positions.get(digest)
         if pos is None:
-            pos = self._positions[key] = self._add(key)
+            pos = self._positions[digest] = self._add(key)
         return memoryview(self._maps[-1])[pos:pos + 16].cast("d")
 
     def _add(self, key: str) -> int:
@@ -90,8 +107,16 @@ class _ValueFile:
         return self._used - 16
 
 
+def _digest(key: str) -> int:
+    """A key's 64-bit digest: what the positions are kept by (a key itself takes a few hundred bytes, and a
+    file holds every key ever written in this process)."""
+    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little")
+
+
 _files: Dict[str, _ValueFile] = {}
-_values: List["SlotValue"] = []
+# The values alive, to move to a forked child's files; a metric child removed (metrics.forget_model) lets
+# its values go.
+_values: "weakref.WeakSet[SlotValue]" = weakref.WeakSet()
 
 
 def _file_of(kind: str) -> _ValueFile:
@@ -114,7 +139,7 @@ class SlotValue:
         self._key = json.dumps([metric_name, name, labels, help_text], sort_keys=True)
         with _lock:
             self._slot = _file_of(self._kind).slot(self._key)
-            _values.append(self)
+            _values.add(self)
 
     def inc(self, amount: float) -> None:
         """Add ``amount``."""
@@ -139,12 +164,20 @@ class SlotValue:
         return None
 
 
+def release_pages() -> None:
+    """Release the pages of this process's metrics files that have grown by RELEASE_BYTES since their last
+    release (see :meth:`_ValueFile.release_pages`)."""
+    with _lock:
+        for file in _files.values():
+            file.release_pages()
+
+
 def _move_to_own_files() -> None:
     """In a forked child: leave the parent's files (their counts stay the parent's) for this pid's."""
     global _lock
     _lock = threading.Lock()
     _files.clear()
-    for value in _values:
+    for value in list(_values):
         value._slot = _file_of(value._kind).slot(value._key)
 
 

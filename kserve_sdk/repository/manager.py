@@ -26,9 +26,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
-from .. import metrics
+from .. import executor, metrics
 from ..errors import InferenceError, ModelNotFound, ModelNotReady, ModelUnavailable, ModelVersionNotFound
 from ..logging import logger
+from ..triton import statistics
 from .errors import RepositoryError, first_line
 from .loading import Built, build_and_load
 from .lru import LoadedSet, NoRoom
@@ -463,7 +464,16 @@ class RepositoryManager:
         self._lru.remove(record)
         if record.model is not None:
             self._by_model.pop(id(record.model), None)
+            executor.forget(record.model)
         metrics.repository_loaded(len(self._by_model))
+
+    def _forget_series(self, name: str) -> None:
+        """A model none of whose versions is loaded any more: what this process keeps for its metric series and
+        statistics goes (their files keep the counts, and a later load continues them), so memory follows the
+        models loaded, not every name ever served."""
+        if name not in self._served:
+            metrics.forget_model(name)
+            statistics.forget_model(name)
 
     def _evict(self, record: _Loaded, incoming: Key) -> None:
         """Unload an idle model to make room (it has no calls in flight): a lazy model loads again on its next
@@ -474,6 +484,7 @@ class RepositoryManager:
         if serving:
             self._states[record.key] = (UNAVAILABLE, EVICTED)
             metrics.repository_model_memory(record.name, record.version, 0)
+        self._forget_series(record.name)
         metrics.repository_evicted()
         logger.info("%s evicted to make room for %s", described(*record.key), described(*incoming))
 
@@ -500,6 +511,7 @@ class RepositoryManager:
         _stop(record.model)
         self._drop(record)
         metrics.repository_model_memory(record.name, record.version, 0)
+        self._forget_series(record.name)
         if reason is None:
             self._states.pop(key, None)
         else:

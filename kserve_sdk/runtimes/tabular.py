@@ -14,7 +14,7 @@ import numpy as np
 import kserve_sdk as kserve
 from kserve_sdk.errors import InvalidInput
 from kserve_sdk.utils.numpy_codec import from_np_dtype
-from kserve_sdk.utils.utils import get_predict_input, get_predict_response
+from kserve_sdk.utils.utils import get_predict_input, predict_response
 
 from .model_file import find_model_file
 
@@ -75,7 +75,7 @@ class TabularModel(kserve.Model):
             raise InvalidInput(f"{self.runtime} could not predict these rows: {e}") from e
         if self.output_as_column and isinstance(result, np.ndarray) and result.ndim == 1:
             result = result.reshape(-1, 1)
-        return get_predict_response(payload, result, self.name, self.output_name)
+        return predict_response(payload, result, self.name, self.output_name)
 
     def _rows(self, payload: Any) -> Any:
         rows = get_predict_input(payload, columns=self.columns())

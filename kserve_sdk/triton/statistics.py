@@ -49,8 +49,9 @@ def _new_counters(model_name: str, kind: str, slots: int) -> memoryview:
     if not directory:
         return memoryview(bytearray(8 * slots)).cast("q")
     path = os.path.join(directory, f"{_file_prefix(model_name, kind)}{os.getpid()}.bin")
-    with open(path, "wb+") as f:
-        f.truncate(8 * slots)
+    with open(path, "a+b") as f:  # a file this process made before (forget_model) keeps its counts
+        if os.fstat(f.fileno()).st_size < 8 * slots:
+            f.truncate(8 * slots)
         # int64 slots of the mapping through a memoryview: indexing it is C-fast, unlike numpy scalars
         return memoryview(mmap.mmap(f.fileno(), 8 * slots)).cast("q")
 
@@ -67,6 +68,15 @@ def _batch_counters_of(model_name: str) -> memoryview:
     if counters is None:
         counters = _batch_counters[model_name] = _new_counters(model_name, "batches", 2 * BATCH_SIZES)
     return counters
+
+
+def forget_model(model_name: str) -> None:
+    """Unmap this process's counters of ``model_name`` (a model repository's model no longer loaded): their
+    files keep the counts, which statistics requests still sum and a later call of the model adds to. Without a
+    metrics directory the counters are this process's memory, and stay."""
+    if _directory():
+        _counters.pop(model_name, None)
+        _batch_counters.pop(model_name, None)
 
 
 def record_success(model_name: str, timings: Any, total_ns: int) -> None:

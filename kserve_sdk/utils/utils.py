@@ -102,13 +102,18 @@ def get_predict_input(payload: Union[Dict, InferRequest], columns: Optional[List
     raise InvalidInput(f"unsupported payload type {type(payload).__name__}")
 
 
-def get_predict_response(payload: Union[Dict, InferRequest], result, model_name: str,
-                         output_name: str = "output-0") -> Union[Dict, InferResponse]:
+def get_predict_response(payload: Union[Dict, InferRequest], result, model_name: str) -> Union[Dict, InferResponse]:
     """Wrap a prediction as the response the request's protocol expects.
 
     v1: ``{"predictions": [...]}``. v2: an InferResponse with one output per DataFrame column, or a
-    single ``output_name`` tensor for an array or list.
+    single ``output-0`` tensor for an array or list.
     """
+    return predict_response(payload, result, model_name)
+
+
+def predict_response(payload: Union[Dict, InferRequest], result, model_name: str,
+                     output_name: str = "output-0") -> Union[Dict, InferResponse]:
+    """:func:`get_predict_response`, naming a v2 array's one output ``output_name``."""
     if isinstance(payload, dict):
         if hasattr(result, "iterrows"):
             result = [row.to_dict() for _, row in result.iterrows()]
