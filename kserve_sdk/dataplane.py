@@ -12,7 +12,7 @@ from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Dict
 
 import numpy as np
 
-from . import tracing
+from . import metrics, tracing
 from .errors import (
     InferenceError,
     InvalidInput,
@@ -652,8 +652,15 @@ class DataPlane:
         """Serve the model repository ``options`` describe beside the registered models (which keep their
         names): it is read now, its problems logged once, before workers fork; :meth:`start_repository` loads
         it on each worker's event loop. RepositoryError when it cannot be read."""
-        hooks = ServingHooks(self._serve_version, self._withdraw_version, self._warm_up_version)
+        hooks = ServingHooks(self._serve_version, self._withdraw_version, self._warm_up_version, self._forget_name)
         self.repository = RepositoryManager.open(options, hooks, self._model_registry.get_models())
+
+    @staticmethod
+    def _forget_name(name: str) -> None:
+        """A repository model none of whose versions is loaded: its metric series and statistics let go of
+        their memory (the files keep the counts)."""
+        metrics.forget_model(name)
+        statistics.forget_model(name)
 
     def start_repository(self) -> None:
         """Begin loading the model repository's models as its control mode says (on the running loop)."""

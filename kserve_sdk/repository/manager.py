@@ -29,7 +29,6 @@ from typing import Any, Awaitable, Callable, Dict, Iterable, List, NamedTuple, O
 from .. import executor, metrics
 from ..errors import InferenceError, ModelNotFound, ModelNotReady, ModelUnavailable, ModelVersionNotFound
 from ..logging import logger
-from ..triton import statistics
 from .errors import RepositoryError, first_line
 from .loading import Built, build_and_load
 from .lru import LoadedSet, NoRoom
@@ -55,11 +54,14 @@ class ServingHooks(NamedTuple):
     """What the data plane does for the repository: ``serve(name, version, model, default)`` makes ``model``
     answer as that version (and, ``default``, requests naming no version), replacing the object that did;
     ``withdraw(name, version, model)`` stops routing calls to it (nothing when another object serves it now);
-    ``warm_up(name, model)`` runs its warm-up requests and returns None or why they failed."""
+    ``warm_up(name, model)`` runs its warm-up requests and returns None or why they failed; ``forget(name)``
+    lets go of what the process keeps for a name none of whose versions is loaded (its metric series and
+    statistics in memory; their files keep the counts)."""
 
     serve: Callable[[str, str, Any, bool], None]
     withdraw: Callable[[str, str, Any], None]
     warm_up: Callable[[str, Any], Awaitable[Optional[str]]]
+    forget: Callable[[str], None] = lambda name: None
 
 
 class LoadFailed(RuntimeError):
@@ -472,8 +474,7 @@ class RepositoryManager:
         statistics goes (their files keep the counts, and a later load continues them), so memory follows the
         models loaded, not every name ever served."""
         if name not in self._served:
-            metrics.forget_model(name)
-            statistics.forget_model(name)
+            self._hooks.forget(name)
 
     def _evict(self, record: _Loaded, incoming: Key) -> None:
         """Unload an idle model to make room (it has no calls in flight): a lazy model loads again on its next
