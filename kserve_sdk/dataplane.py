@@ -828,7 +828,9 @@ class DataPlane:
 
     def on_change(self, op: str, apply: Callable[[str, Dict[str, Any]], Any]) -> None:
         """Apply the changes ``op`` that other workers share (``share_change(op, name, args)``) by calling
-        ``apply(name, args)`` here; it may be a coroutine function."""
+        ``apply(name, args)`` here; it may be a coroutine function. When the workers' control directory is
+        compacted, only the last change of each (``op``, name) is kept (server/workers.py): a worker that
+        starts later applies that one alone, so a change must carry the whole state it sets."""
         self._change_appliers[op] = apply
 
     async def apply_change(self, op: str, name: str, args: Dict[str, Any]) -> None:
