@@ -443,8 +443,9 @@ class DataPlane:
 
         Returns ``(response, response_headers)``. For v2, the response is an InferResponse carrying the
         request's output choices, or whatever dict/bytes the model returned. ``model`` is what
-        :meth:`ready_model` returned for this call, when the caller has asked already; ``call`` is the
-        adapter's :class:`~kserve_sdk.lifecycle.Call`, whose timings the stages fill.
+        :meth:`ready_model` returned for this call (asked with the request's version), when the caller has
+        asked already; ``call`` is the adapter's :class:`~kserve_sdk.lifecycle.Call`, whose timings the
+        stages fill.
         """
         return self._call(model_name, request, headers, InferenceVerb.PREDICT, model, call)
 
@@ -461,13 +462,6 @@ class DataPlane:
         v2 = isinstance(request, InferRequest)
         if model is None:
             model = await self.ready_model(model_name, request.model_version or None if v2 else None)
-        elif v2 and request.model_version:
-            versions = self._model_registry.versions.get(model_name)
-            if versions is None:
-                self.check_version(model_name, model, request.model_version)
-            else:  # a repository model serving versions side by side: the object of the version asked
-                found: Any = versions.get(request.model_version)
-                model = found if found is not None else await self.ready_model(model_name, request.model_version)
         repository = self.repository
         if repository is not None:
             repository.begin(model)  # used now, and not evicted while the call runs

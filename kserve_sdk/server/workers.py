@@ -26,6 +26,7 @@ from typing import Any, Awaitable, Callable, Deque, Dict, Iterator, List, Option
 
 from .. import metrics
 from ..logging import logger
+from ..storage.atomic import pid_alive
 
 RESTARTS_ENV = "KSERVE_SDK_WORKER_RESTARTS"
 RESTART_WINDOW_ENV = "KSERVE_SDK_WORKER_RESTART_WINDOW"
@@ -445,7 +446,7 @@ class ControlChannel:
             if not entry.startswith("ack-") or entry.endswith(".tmp"):
                 continue
             path = os.path.join(self.directory, entry)
-            if not _alive(int(entry[4:])):
+            if not pid_alive(int(entry[4:])):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(path)
                 continue
@@ -486,13 +487,3 @@ def _snapshot_key(names: List[str]) -> str:
 def _newest_key(names: List[str]) -> int:
     keys = [k for k in map(_command_key, names) if k] + [_snapshot_key(names)]
     return max((int(k) for k in keys if k), default=0)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

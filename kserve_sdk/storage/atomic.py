@@ -17,7 +17,8 @@ from typing import Iterator
 from .common import StorageError, is_out_of_space, write_failure
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -41,7 +42,7 @@ def _clean_stale(parent: str, name: str) -> None:
         for tag in (f".{name}.partial-", f".{name}.old-"):
             if entry.startswith(tag):
                 pid = entry[len(tag):].split("-", 1)[0]
-                if pid.isdigit() and not _pid_alive(int(pid)):
+                if pid.isdigit() and not pid_alive(int(pid)):
                     _remove(os.path.join(parent, entry))
 
 
