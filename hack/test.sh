@@ -11,8 +11,10 @@ if [ "${1:-}" = "--fast" ]; then  # the fast tier needs none of the system packa
 fi
 # System packages some tests need, from Debian, where we can install them (root with apt):
 # chromium renders /docs; nodejs + npm run Azurite, the Azure Blob emulator of the storage tests;
-# redis-server is the store the durable-jobs tests run against beside SQLite.
+# redis-server is the store the durable-jobs tests run against beside SQLite; git clones the storage tests'
+# loopback repositories.
 missing=""
+command -v git >/dev/null || missing="$missing git"
 command -v redis-server >/dev/null || missing="$missing redis-server"
 command -v chromium >/dev/null || missing="$missing chromium"
 command -v node >/dev/null || missing="$missing nodejs"
