@@ -8,8 +8,10 @@ command -v "$PY" >/dev/null || PY=python3
 SPEC="."
 [ -n "${EXTRAS:-}" ] && SPEC=".[${EXTRAS}]"
 STAMP=".venv/.kserve-sdk-installed-${EXTRAS:-none}"
-WANT="$(cat setup.cfg pyproject.toml | .venv/bin/python -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')"
+WANT="$(cat setup.cfg pyproject.toml compat/kserve/pyproject.toml | .venv/bin/python -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')"
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e "$SPEC"
+  # the tests run unchanged KServe scripts with `python model.py`: `import kserve` from compat/kserve
+  case ",${EXTRAS:-}," in *,test,*) .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ./compat/kserve ;; esac
   echo "$WANT" > "$STAMP"
 fi

@@ -6,6 +6,7 @@ outputs) and latency logging are applied here once, for every protocol.
 """
 import asyncio
 import functools
+import heapq
 import inspect
 import time
 from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Dict, List, Mapping, Optional, Tuple
@@ -54,6 +55,9 @@ SERVER_EXTENSIONS = ["model_repository_extension", "binary_tensor_data", "system
 #: Model names longer than this are refused (400) unless a model is registered under them.
 MAX_MODEL_NAME_LENGTH = 256
 
+#: How many served models the 404 of an unknown model names.
+MODELS_NAMED = 10
+
 
 def check_model_name(name: str) -> None:
     """Refuse (InvalidInput) names no model can have: empty, very long, path tricks, control characters."""
@@ -88,11 +92,10 @@ def served_version(model: Any) -> str:
     return "1" if version is None or version == "" else str(version)
 
 
-def not_in_repository(name: str) -> ModelNotFound:
-    """The 404 of a load of a name the repository has no model for, in the words Triton's clients look for
-    ("failed to load")."""
-    error = ModelNotFound(name)
-    error.reason = f"failed to load model '{name}': {error.reason}"
+def not_in_repository(error: ModelNotFound) -> ModelNotFound:
+    """The 404 of a load of a name the repository has no model for (``error``, the name's 404), in the words
+    Triton's clients look for ("failed to load")."""
+    error.reason = f"failed to load model '{error.model_name}': {error.reason}"
     return error
 
 
@@ -179,6 +182,7 @@ class DataPlane:
         self.enable_latency_logging = enable_latency_logging
         self.draining = False
         self._in_flight = 0
+        self._route_calls = 0  # calls of the script's own routes in flight (handlers/custom_routes.py)
         self._idle: Optional[asyncio.Event] = None
         self._model_calls: Dict[str, int] = {}  # calls in flight per model, so unload can wait for them
         self._unloading: set = set()
@@ -217,7 +221,20 @@ class DataPlane:
         """An inference call counted by ``begin_request`` has ended."""
         self._in_flight -= 1
         self._model_calls[model_name] -= 1
-        if self._in_flight == 0 and self._idle is not None:
+        if self._in_flight == 0 and self._idle is not None and not self._route_calls:
+            self._idle.set()
+
+    def begin_route_call(self) -> None:
+        """Count a call of one of the script's own routes in flight, so that a stopping server waits for it as
+        for an inference call; refused (503) once the server is draining."""
+        if self.draining:
+            raise ServerNotReady("The server is shutting down.")
+        self._route_calls += 1
+
+    def end_route_call(self) -> None:
+        """A call counted by ``begin_route_call`` has ended."""
+        self._route_calls -= 1
+        if self._route_calls == 0 and self._in_flight == 0 and self._idle is not None:
             self._idle.set()
 
     def calls_in_flight(self) -> int:
@@ -229,7 +246,7 @@ class DataPlane:
         self.draining = True
         if self.repository is not None:
             self.repository.close()  # no more rescans or loads
-        if self._in_flight == 0:
+        if self._in_flight == 0 and not self._route_calls:
             return True
         self._idle = asyncio.Event()
         try:
@@ -289,11 +306,12 @@ class DataPlane:
         """Names of the registered models."""
         return list(self._model_registry.get_models())
 
-    def get_model(self, name: str, version: Optional[str] = None) -> Any:
+    def get_model_from_registry(self, name: str, version: Optional[str] = None) -> Any:
         """The model registered as ``name`` (an :class:`~kserve_sdk.model.InferenceModel`) if it serves
         ``version`` (see :meth:`check_version`; a model repository's model serving versions side by side: the
         object of that version); ModelNotFound if there is none (ModelUnavailable, a 404 too, for one the
-        repository knows but does not serve: unloaded, loading, failed to load)."""
+        repository knows but does not serve: unloaded, loading, failed to load). Nothing is loaded: see
+        :meth:`get_model` for the awaitable form (KServe's)."""
         registry = self._model_registry
         if version:
             versions = registry.versions.get(name)
@@ -311,10 +329,34 @@ class DataPlane:
             state = self._model_registry.state_of(name)
             if state is not None:
                 raise unavailable(name, *state)
-            raise ModelNotFound(name)
+            raise self.unknown_model(name)
         if version:
             self.check_version(name, model, version)
         return model
+
+    async def get_model(self, name: str, version: Optional[str] = None) -> Any:
+        """The model served as ``name`` (KServe's ``await dataplane.get_model(name)``): what
+        :meth:`get_model_from_registry` returns, except that a model of a model repository loaded on demand
+        (``--model_control_mode lazy``) is loaded first. ModelNotFound (404) when there is none; the model
+        may still be warming up (:meth:`model_ready` says whether it is ready)."""
+        try:
+            return self.get_model_from_registry(name, version)
+        except (ModelNotFound, ModelNotReady):
+            repository = self.repository
+            if repository is None or not repository.knows(name):
+                raise
+            return await repository.acquire(name, version)
+
+    def unknown_model(self, name: str) -> ModelNotFound:
+        """The 404 of a name no model has: Triton's and KServe's sentences, then the names of up to
+        :data:`MODELS_NAMED` served models (alphabetically) so the client sees what it could have asked for."""
+        error = ModelNotFound(name)
+        served = self._model_registry.get_models()
+        first = heapq.nsmallest(MODELS_NAMED, served)
+        more = len(served) - len(first)
+        named = ", ".join(first) + (f" and {more} more" if more else "") if first else "none"
+        error.reason = f"{error.reason} Models served: {named}."
+        return error
 
     def _repository_of(self, name: str) -> Optional[RepositoryManager]:
         """The model repository serving ``name``, if it does."""
@@ -332,27 +374,34 @@ class DataPlane:
                                       and int(version) == int(served)):
             raise ModelVersionNotFound(name, version, served)
 
-    async def model_ready(self, name: str, version: Optional[str] = None) -> bool:
+    async def model_ready(self, model_name: str, version: Optional[str] = None,
+                          disable_predictor_health_check: bool = False) -> bool:
         """Whether the named model is ready: False also for a model the repository knows but does not serve
         (unloaded, loading, failed to load) and while it is being unloaded; ModelNotFound for a name it never
-        knew, ModelVersionNotFound for a version the model does not serve."""
-        if self._model_registry.state_of(name) is not None:
+        knew, ModelVersionNotFound for a version the model does not serve.
+
+        KServe's second argument is ``disable_predictor_health_check``: a bool given in ``version``'s place
+        (``model_ready(name, True)``, as KServe's routes call it) is read as that. It is accepted for KServe's
+        callers and changes nothing: the answer is the model's own readiness."""
+        if isinstance(version, bool):
+            version = None
+        if self._model_registry.state_of(model_name) is not None:
             return False
-        if self._repository_of(name) is not None:
+        if self._repository_of(model_name) is not None:
             try:  # a repository model's version is served once loaded and warmed up
-                self.get_model(name, version)
+                self.get_model_from_registry(model_name, version)
             except (ModelUnavailable, ModelNotReady):
                 return False
             return True
-        self.get_model(name, version)
-        return name not in self._unloading and await self._model_registry.is_model_ready(name)
+        self.get_model_from_registry(model_name, version)
+        return model_name not in self._unloading and await self._model_registry.is_model_ready(model_name)
 
     async def ready_model(self, name: str, version: Optional[str] = None, load: bool = True) -> InferenceModel:
         """The named model if it can serve (``version`` too, when given): ModelNotFound (ModelUnavailable,
         ModelVersionNotFound) / ModelNotReady otherwise. A model of the model repository in ``lazy`` mode is
         loaded first, unless ``load`` is False."""
         try:
-            model = self.get_model(name, version)
+            model = self.get_model_from_registry(name, version)
         except (ModelNotFound, ModelNotReady):
             repository = self.repository
             if not (load and repository is not None and repository.knows(name)):
@@ -365,18 +414,18 @@ class DataPlane:
             raise ModelNotReady(name, registry.warmups.get(name))
         return model
 
-    async def model_metadata(self, name: str, version: Optional[str] = None) -> Dict[str, Any]:
+    async def model_metadata(self, model_name: str, version: Optional[str] = None) -> Dict[str, Any]:
         """v2 model metadata: name, versions (the model's ``version``, none for a model without one),
         platform and tensor descriptions."""
-        repository = self._repository_of(name)
+        repository = self._repository_of(model_name)
         if repository is not None:  # loaded first in lazy mode
-            model = await self.ready_model(name, version)
-            versions = [v for v in repository.versions_served(name) if v]
+            model = await self.ready_model(model_name, version)
+            versions = [v for v in repository.versions_served(model_name) if v]
         else:
-            model = self.get_model(name, version)
+            model = self.get_model_from_registry(model_name, version)
             versions = [served_version(model)] if getattr(model, "version", None) not in (None, "") else []
         return {
-            "name": name,
+            "name": model_name,
             "versions": versions,
             "platform": "",
             "inputs": await _maybe_await(model.get_input_types()),
@@ -386,7 +435,8 @@ class DataPlane:
     async def model_config(self, name: str, version: Optional[str] = None) -> Dict[str, Any]:
         """Triton's model configuration of the named model (see :mod:`kserve_sdk.triton.model_config`)."""
         in_repository = self._repository_of(name) is not None
-        model = await self.ready_model(name, version) if in_repository else self.get_model(name, version)
+        model = await self.ready_model(name, version) if in_repository \
+            else self.get_model_from_registry(name, version)
         scheduling = self.scheduler.policy_of(self._queue_key(name, model), model).triton_config(name)
         return triton_config(name, await _maybe_await(model.get_input_types()),
                              await _maybe_await(model.get_output_types()), getattr(model, "max_batch_size", None),
@@ -411,14 +461,14 @@ class DataPlane:
     def trace_settings(self, model_name: str = "") -> Dict[str, Any]:
         """The trace settings in force for ``model_name`` (the global ones for "")."""
         if model_name:
-            self.get_model(model_name)
+            self.get_model_from_registry(model_name)
         return tracing.settings.view(model_name)
 
     async def update_trace_settings(self, model_name: str, update: Any) -> Dict[str, Any]:
         """Change the trace settings of ``model_name`` (the global ones for "") in every worker; InvalidInput
         names a bad setting. Returns the settings now in force."""
         if model_name:
-            self.get_model(model_name)
+            self.get_model_from_registry(model_name)
         settings = tracing.settings
         scope = settings.updated(model_name, validated_trace_settings(update, settings.tracing_on))
         settings.set_scope(model_name, scope)
@@ -430,16 +480,14 @@ class DataPlane:
         """Triton's statistics for one model (every served model when ``name`` is empty), summed over workers:
         counts and cumulative times of successes, failures and the pre/predict/postprocess stages."""
         if name:
-            self.get_model(name, version)
+            self.get_model_from_registry(name, version)
         return statistics.statistics([name] if name else sorted(self.list_models()), version)
 
     # --- inference ----------------------------------------------------------------------------------
-    # infer and explain hand back _call's coroutine rather than awaiting it in one of their own: one
-    # coroutine less per call, and ``await dataplane.infer(...)`` reads the same.
-    def infer(self, model_name: str, request: Any, headers: Optional[Dict[str, str]] = None,
-              model: Optional[InferenceModel] = None, call: Optional[Call] = None
-              ) -> Awaitable[Tuple[Any, Dict[str, str]]]:
-        """Run a predict call (await it): ``request`` is a dict (v1) or an InferRequest (v2).
+    async def infer(self, model_name: str, request: Any, headers: Optional[Dict[str, str]] = None,
+                    model: Optional[InferenceModel] = None, call: Optional[Call] = None
+                    ) -> Tuple[Any, Dict[str, str]]:
+        """Run a predict call: ``request`` is a dict (v1) or an InferRequest (v2).
 
         Returns ``(response, response_headers)``. For v2, the response is an InferResponse carrying the
         request's output choices, or whatever dict/bytes the model returned. ``model`` is what
@@ -447,13 +495,13 @@ class DataPlane:
         asked already; ``call`` is the adapter's :class:`~kserve_sdk.lifecycle.Call`, whose timings the
         stages fill.
         """
-        return self._call(model_name, request, headers, InferenceVerb.PREDICT, model, call)
+        return await self._call(model_name, request, headers, InferenceVerb.PREDICT, model, call)
 
-    def explain(self, model_name: str, request: Any, headers: Optional[Dict[str, str]] = None,
-                model: Optional[InferenceModel] = None, call: Optional[Call] = None
-                ) -> Awaitable[Tuple[Any, Dict[str, str]]]:
-        """Run an explain call (await it); same shapes as :meth:`infer`."""
-        return self._call(model_name, request, headers, InferenceVerb.EXPLAIN, model, call)
+    async def explain(self, model_name: str, request: Any, headers: Optional[Dict[str, str]] = None,
+                      model: Optional[InferenceModel] = None, call: Optional[Call] = None
+                      ) -> Tuple[Any, Dict[str, str]]:
+        """Run an explain call; same shapes as :meth:`infer`."""
+        return await self._call(model_name, request, headers, InferenceVerb.EXPLAIN, model, call)
 
     async def _call(self, model_name: str, request: Any, headers: Optional[Dict[str, str]],
                     verb: InferenceVerb, model: Optional[InferenceModel],
@@ -730,7 +778,7 @@ class DataPlane:
             registry.states.pop(name, None)
             if state is not None:
                 registry.states[name] = state
-            raise not_in_repository(name)
+            raise not_in_repository(self.unknown_model(name))
         registry.states.pop(name, None)
         model = registry.get_model(name)
         if model is None:
@@ -809,7 +857,7 @@ class DataPlane:
             return
         if self._model_registry.state_of(name) is not None:
             return
-        self.get_model(name)
+        self.get_model_from_registry(name)
         self._unloading.add(name)
         self.scheduler.forget(name, ModelNotReady(name, "It is being unloaded."))
         try:

@@ -197,6 +197,17 @@ class ModelVersionNotFound(ModelNotFound):
         self.reason = f"{triton} Model '{model_name}' has no version '{version}'; versions served: {served}."
 
 
+class WorkersShouldBeLessThanMaxWorkersError(Exception):
+    """KServe's error for more workers than allowed (``max_workers``), for code that raises or catches it; the
+    server raises it nowhere (``--workers`` has no upper bound here)."""
+
+    def __init__(self, max_workers: Optional[int] = None):
+        self.reason = f"Workers cannot be greater than {max_workers}"
+
+    def __str__(self) -> str:
+        return self.reason
+
+
 class ModelNotReady(RuntimeError):
     """The model is registered but cannot serve yet (HTTP 503, gRPC UNAVAILABLE)."""
 

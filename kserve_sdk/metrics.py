@@ -4,6 +4,11 @@ prometheus-client runs in multi-process mode: every worker writes its values to 
 in one directory (``PROMETHEUS_MULTIPROC_DIR``; the server makes a fresh one unless it is set), and a
 scrape of any worker reads them all. The mode is chosen when prometheus-client is first imported, so
 ``setup()`` runs before that import; until it runs, every recording function here is a no-op.
+
+KServe's names of this module are here too: ``PRE_HIST_TIME``, ``PREDICT_HIST_TIME``, ``POST_HIST_TIME`` and
+``EXPLAIN_HIST_TIME`` stand for the server's own stage histograms (``request_preprocess_seconds``, ...), so
+what a model observes in ``PREDICT_HIST_TIME.labels(**get_labels(name))`` lands in the series the server
+exports; ``LLMStats`` is made when first read, so that importing this module loads no pydantic.
 """
 import os
 import shutil
@@ -14,6 +19,9 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 _m = None  # the metric objects, once set up
 _own_dir: Optional[str] = None
+
+#: KServe's label names of the stage histograms: the model's name.
+PROM_LABELS = ["model_name"]
 
 STAGE_HISTOGRAMS = {
     "preprocess_ms": "request_preprocess_seconds",
@@ -149,6 +157,64 @@ def _child(metric, *labels: str):
 
         child = _children[key] = direct_writer(metric.labels(*labels))
     return child
+
+
+def get_labels(model_name: str) -> Dict[str, str]:
+    """The labels of ``model_name``'s series in the stage histograms (KServe's): ``{"model_name": model_name}``."""
+    return {PROM_LABELS[0]: model_name}
+
+
+class StageHistogram:
+    """One of the server's stage histograms under KServe's name (``PREDICT_HIST_TIME``, ...): every attribute
+    (``labels``, ``observe``, ``time``, ...) is the prometheus-client Histogram's. The metrics are set up at
+    the first use rather than at import, so a model module may import it before the server starts."""
+
+    # class-level defaults: reading them never reaches __getattr__, even on a copy made without __init__
+    _timing_key = ""  # its key in STAGE_HISTOGRAMS
+    _metric: Any = None
+
+    def __init__(self, timing_key: str):
+        self._timing_key = timing_key
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # what copy, pickle and inspect probe for: not the histogram's to answer
+            raise AttributeError(name)
+        metric = self._metric
+        if metric is None:
+            setup()
+            assert _m is not None
+            metric = self._metric = _m.stages[self._timing_key]
+        return getattr(metric, name)
+
+    def __repr__(self) -> str:
+        return f"StageHistogram({STAGE_HISTOGRAMS.get(self._timing_key)!r})"
+
+
+PRE_HIST_TIME = StageHistogram("preprocess_ms")
+PREDICT_HIST_TIME = StageHistogram("predict_ms")
+POST_HIST_TIME = StageHistogram("postprocess_ms")
+EXPLAIN_HIST_TIME = StageHistogram("explain_ms")
+
+
+def __getattr__(name: str) -> Any:
+    """``LLMStats``, made when first read (it is a pydantic model)."""
+    if name != "LLMStats":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()[name] = _llm_stats_class()  # made once; later reads are plain attribute reads
+    return value
+
+
+def _llm_stats_class() -> type:
+    from pydantic import BaseModel
+
+    class LLMStats(BaseModel):
+        """Token counts of an LLM's answer (KServe's ``kserve.metrics.LLMStats``)."""
+
+        num_prompt_tokens: int = 0
+        num_generation_tokens: int = 0
+
+    LLMStats.__module__, LLMStats.__qualname__ = __name__, "LLMStats"
+    return LLMStats
 
 
 def observe_stages(model_name: str, timings: Dict[str, float]) -> None:

@@ -20,9 +20,14 @@ from .errors import InvalidInput
 from .executor import run_stage
 from .lifecycle import Timings
 from .predictor_config import PredictorConfig
-from .protocol.infer_type import InferRequest
+from .protocol.infer_type import InferRequest, InferResponse
 
 _FORWARDED_HEADERS = ("x-request-id", "x-b3-traceid", "authorization", "traceparent", "tracestate")
+
+#: What a model's call may return (KServe's type names): a v1 dict, an InferResponse, a list of text, or
+#: an awaitable of one.
+InferReturnValueTypes = Union[Dict, InferResponse, List[str]]
+InferReturnType = Union[InferReturnValueTypes, Awaitable[InferReturnValueTypes]]
 
 
 def check_lists(payload: Any) -> Any:
@@ -35,14 +40,45 @@ def check_lists(payload: Any) -> Any:
     return payload
 
 
-def forwardable_headers(headers: Optional[Dict[str, str]], base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    """The request headers a transformer passes on to its predictor, added to ``base``."""
+def append_forwardable_headers(headers: Optional[Dict[str, str]],
+                               base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """``base`` (a copy) plus the request headers a transformer passes on to its predictor or explainer:
+    ``x-request-id``, ``x-b3-traceid``, ``authorization`` (KServe's), and the W3C trace context
+    (``traceparent``, ``tracestate``). ``headers`` are the incoming request's, with lower-case names."""
     out = dict(base) if base else {}
     if headers:
         for key in _FORWARDED_HEADERS:
             if key in headers:
                 out[key] = headers[key]
     return out
+
+
+def is_v2(protocol: Union[str, PredictorProtocol]) -> bool:
+    """Whether a transformer reaching its predictor over ``protocol`` speaks the v2 protocol: True for "v2"
+    and "grpc-v2" (REST or gRPC), False for "v1" (as a string or a PredictorProtocol)."""
+    return _spelled(protocol) != PredictorProtocol.REST_V1.value
+
+
+def get_latency_ms(start: float, end: float) -> float:
+    """Milliseconds from ``start`` to ``end`` (both in seconds, e.g. ``time.time()``), rounded to 9 decimals."""
+    return round((end - start) * 1000, 9)
+
+
+_PROTOCOL_NAMES = {p.value for p in PredictorProtocol}
+
+
+def _spelled(protocol: Union[str, PredictorProtocol]) -> str:
+    """A protocol given as a PredictorProtocol or a string in any case, as the lower-case string."""
+    return protocol.value if isinstance(protocol, PredictorProtocol) else str(protocol).lower()
+
+
+def _protocol_name(protocol: Union[str, PredictorProtocol]) -> str:
+    """"v1", "v2" or "grpc-v2" for a protocol given as a PredictorProtocol or a string in any case; ValueError
+    naming the choices for anything else."""
+    name = _spelled(protocol)
+    if name not in _PROTOCOL_NAMES:
+        raise ValueError(f"protocol must be one of v1, v2, grpc-v2 (or a PredictorProtocol); got {protocol!r}")
+    return name
 
 
 class BaseKServeModel(ABC):
@@ -160,6 +196,9 @@ class Model(InferenceModel):
 
     max_batch_size: Optional[int] = None
     max_latency_ms: float = 10.0
+    #: the protocol the model's code set (``self.protocol = ...``); None: the predictor configuration's
+    _protocol: Optional[str] = None
+    _protocol_config: Optional[Tuple[PredictorConfig, PredictorConfig]] = None
 
     def __init__(self, name: str, return_response_headers: bool = False,
                  predictor_config: Optional[PredictorConfig] = None, max_batch_size: Optional[int] = None,
@@ -179,8 +218,12 @@ class Model(InferenceModel):
 
     @property
     def required_response_headers(self) -> bool:
-        """KServe's name for ``return_response_headers``."""
+        """KServe's name for ``return_response_headers``, which setting it sets."""
         return self.return_response_headers
+
+    @required_response_headers.setter
+    def required_response_headers(self, value: bool) -> None:
+        self.return_response_headers = value
 
     @property
     def predictor_config(self) -> Optional[PredictorConfig]:
@@ -189,9 +232,28 @@ class Model(InferenceModel):
 
     @property
     def protocol(self) -> str:
-        """The protocol this model speaks to its predictor: "v1", "v2" or "grpc-v2"."""
+        """The protocol this model speaks to its predictor: "v1", "v2" or "grpc-v2". By default the predictor
+        configuration's (``--predictor_protocol``); a transformer may set it (``self.protocol = "grpc-v2"``,
+        or a PredictorProtocol), and the default ``predict`` then forwards over that protocol. Setting None
+        goes back to the configuration's; any other value is a ValueError."""
+        if self._protocol is not None:
+            return self._protocol
         config = self.predictor_config
         return config.predictor_protocol if config else PredictorProtocol.REST_V1.value
+
+    @protocol.setter
+    def protocol(self, value: Union[str, PredictorProtocol, None]) -> None:
+        self._protocol = None if value is None else _protocol_name(value)
+
+    def _config_over(self, config: PredictorConfig) -> PredictorConfig:
+        """``config`` speaking the protocol set on the model (made once per configuration and protocol)."""
+        made, protocol = self._protocol_config, self.protocol
+        if made is None or made[0] is not config or made[1].predictor_protocol != protocol:
+            made = self._protocol_config = (config, PredictorConfig(
+                config.predictor_host, protocol, config.predictor_use_ssl,
+                config.predictor_request_timeout_seconds, config.predictor_request_retries,
+                config.predictor_health_check))
+        return made[1]
 
     async def __call__(self, body: Any, headers: Optional[Dict[str, str]] = None,
                        verb: InferenceVerb = InferenceVerb.PREDICT) -> Tuple[Any, Dict[str, str]]:
@@ -341,7 +403,9 @@ class Model(InferenceModel):
             raise NotImplementedError("Could not find predictor_host.")
         from .clients.forward import forward_predict
 
-        return await forward_predict(self, config, payload, forwardable_headers(headers), response_headers)
+        if self._protocol is not None and self._protocol != config.predictor_protocol:
+            config = self._config_over(config)
+        return await forward_predict(self, config, payload, append_forwardable_headers(headers), response_headers)
 
     async def explain(self, payload: Any, headers: Optional[Dict[str, str]] = None) -> Any:
         """Explain a prediction. By default forwards to ``explainer_host``; 501 when there is none."""
@@ -349,4 +413,4 @@ class Model(InferenceModel):
             raise NotImplementedError("Could not find explainer_host.")
         from .clients.forward import forward_explain
 
-        return await forward_explain(self, payload, forwardable_headers(headers))
+        return await forward_explain(self, payload, append_forwardable_headers(headers))

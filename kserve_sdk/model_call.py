@@ -229,8 +229,7 @@ class CountedStream:
         """Close the model's generator if it was never iterated (iterating closes it at its end)."""
         if not self.started:
             self.started = True
-            if self.items is not None:
-                await self.items.aclose()
+            await _close_items(self.items)
             if self.model_call is not None:  # handed over, never asked for: a call that ended without answers
                 self.model_call.succeeded(True)
                 self.model_call = None
@@ -274,8 +273,7 @@ class CountedStream:
         if model_call is None:
             return
         try:
-            if self.items is not None:
-                await self.items.aclose()
+            await _close_items(self.items)
         finally:
             if self.watch is not None:
                 self.watch.ended()
@@ -292,3 +290,11 @@ class CountedStream:
 
 async def _one(answer: Any) -> AsyncGenerator[Any, None]:
     yield answer
+
+
+async def _close_items(items: Any) -> None:
+    """Close a model's async iterator when it can be closed: KServe takes any async iterable, and only
+    generators (and iterators written like them) have ``aclose``."""
+    close = getattr(items, "aclose", None)
+    if close is not None:
+        await close()

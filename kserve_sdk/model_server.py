@@ -6,12 +6,13 @@ SIGTERM/SIGINT, then stops accepting, lets requests in flight finish (``grace_pe
 import argparse
 import asyncio
 import gc
+import inspect
 import os
 import signal
 import socket
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Dict, List, Optional, Sequence, TypeVar, Union
 
 from tornado.netutil import bind_sockets
 
@@ -33,6 +34,7 @@ from .handlers import streaming as streams_api
 from .handlers import v1 as v1_api
 from .handlers import v2 as v2_api
 from .handlers.api import RestAPI
+from .handlers.custom_routes import CustomRoutes
 from .handlers.http import HTTPServerWithLimits, make_app
 from .internals.argparse_exact import ExactOneDashParser
 from .jobs import api as jobs_api
@@ -51,8 +53,7 @@ from .scheduling.warmup import start_warmups
 from .security import Security
 from .server.startup import StartupFailure, bind_failure, check_port_free, warn_near_misses
 from .server.tls import CertificatePair, TLSError
-from .storage import StorageError, resolve_model_dir
-from .storage import is_local as is_local_storage
+from .storage import StorageError, downloads_at_start, resolve_model_dir
 from .timeseries import api as timeseries_api
 from .triton import api as triton_api
 from .utils.utils import cpu_count, non_negative_int, strtobool
@@ -92,7 +93,7 @@ _flag("model_dir", default=None, type=str,
 _flag("predictor_host", default=None, type=str, help="The predictor a transformer forwards to (host[:port]).")
 _flag("protocol", default=None, type=str, choices=["v1", "v2", "grpc-v2"],
       help="Deprecated spelling of --predictor_protocol.")
-_flag("predictor_protocol", default=(os.environ.get("PROTOCOL") or "v1").lower(), type=str.lower,
+_flag("predictor_protocol", default=(os.environ.get("PROTOCOL") or "v1").lower(), type=str,
       choices=["v1", "v2", "grpc-v2"], help="The protocol used to call the predictor (default: $PROTOCOL or v1).")
 _flag("predictor_use_ssl", default=False, type=strtobool, help="Use TLS to reach the predictor.")
 _flag("predictor_request_timeout_seconds", default=600, type=int, help="Timeout of a call to the predictor.")
@@ -201,10 +202,12 @@ if args.configure_logging and args.log_config_file:
     configure_logging(args.log_config_file)
 if args.protocol:
     args.predictor_protocol = args.protocol
+# KServe's default of --protocol (v1) is set after the parse: --protocol overrides --predictor_protocol only when given.
+args.protocol = args.protocol or "v1"
+parser.set_defaults(protocol="v1")
 # STORAGE_URI is resolved here, at import, because the user's script reads args.model_dir before it builds
 # its model: a remote model is downloaded once, before any model code runs and before workers fork.
-if os.environ.get("STORAGE_URI") and not is_local_storage(os.environ["STORAGE_URI"]) \
-        and args.configure_logging and not args.log_config_file:
+if downloads_at_start() and args.configure_logging and not args.log_config_file:
     configure_logging(None)
 try:
     args.model_dir = resolve_model_dir(args.model_dir)
@@ -244,6 +247,8 @@ def job_options(flags: argparse.Namespace) -> JobOptions:
 if TYPE_CHECKING:  # imported by the property that returns it, when used
     from .protocol.model_repository_extension import ModelRepositoryExtension
 
+#: A function ModelServer.route registers (returned unchanged).
+RouteFunction = TypeVar("RouteFunction", bound=Callable[..., Any])
 #: What register_exception_handler takes: handler(loop, context), asyncio's exception-handler signature.
 ExceptionHandler = Callable[[asyncio.AbstractEventLoop, Dict[str, Any]], None]
 
@@ -344,7 +349,12 @@ class ModelServer:
         #: Durable jobs (the ``--jobs_store`` and ``--job_*`` flags); ``store_url`` None turns them off.
         self.job_options = job_options(args)
         self._stopping: Optional[asyncio.Event] = None
-        self._servers: List[Any] = []
+        #: KServe's ``servers``: awaitables (coroutines) that ``start`` runs on the server's event loop beside REST
+        #: and gRPC, in every worker, cancelled when the server stops; one that fails stops the server and
+        #: ``start`` raises its error.
+        self.servers: List[Awaitable[Any]] = []
+        self._servers_failure: Optional[BaseException] = None
+        self._routes = CustomRoutes()  # what add_route and route add
         self._custom_exception_handler: Optional[ExceptionHandler] = None
         self._tls: Optional[CertificatePair] = None  # the HTTPS/gRPC pair, loaded by start()
         self._security = Security()  # the restricted API groups (--http_restricted_api, ...), parsed by start()
@@ -355,6 +365,27 @@ class ModelServer:
             raise ValueError("Failed to register model, model.name must be provided.")
         self.registered_models.update(model, name or model.name)
         logger.info("Registering model: %s", name or model.name)
+
+    def add_route(self, path: str, handler: Union[Callable[..., Any], type],
+                  methods: Optional[Sequence[str]] = None, name: Optional[str] = None) -> None:
+        """Serve a route of your own on the REST port (call it before ``start``), as KServe scripts add one to
+        ``kserve.model_server.app``. ``path`` is a Tornado pattern (a regular expression matched against the
+        whole path; its groups are passed on). ``handler`` is a function, async or plain (run in the thread
+        pool), called with no arguments or with a :class:`~kserve_sdk.handlers.custom_routes.RouteRequest`
+        then one argument per group, whose return value is answered as JSON (bytes as they are; a
+        ``RouteResponse`` sets the status, headers and content type) for the ``methods`` given (default GET);
+        or a :class:`~kserve_sdk.handlers.base.BaseHandler` subclass. ``name`` labels its calls in metrics
+        and the access log (default: the function's or class's name). Its calls have the lifecycle of every
+        route: request id, access log, metrics, ``{"error": ...}`` answers, and the drain of a stopping server."""
+        self._routes.add(path, handler, methods, name)
+
+    def route(self, path: str, methods: Optional[Sequence[str]] = None,
+              name: Optional[str] = None) -> Callable[[RouteFunction], RouteFunction]:
+        """``@server.route("/path", methods=["GET"])`` on a function: :meth:`add_route` as a decorator."""
+        def register(function: RouteFunction) -> RouteFunction:
+            self.add_route(path, function, methods, name)
+            return function
+        return register
 
     def start(self, models: List[BaseKServeModel]) -> None:
         """Serve ``models`` until SIGTERM/SIGINT. Models not ready now are left out (logged); with none
@@ -391,6 +422,8 @@ class ModelServer:
                                self.grace_period, control_dir).run()
                 finally:
                     shutil.rmtree(control_dir, ignore_errors=True)
+                    for awaitable in self.servers:  # the workers ran their copies; this process never will
+                        getattr(awaitable, "close", lambda: None)()
             else:
                 self._run(self._serve())
         except StartupFailure as e:
@@ -423,6 +456,10 @@ class ModelServer:
             self.job_options.check()
         except ValueError as e:
             raise StartupFailure(str(e)) from None
+        for awaitable in self.servers:
+            if not inspect.isawaitable(awaitable):
+                raise StartupFailure(f"ModelServer.servers holds {awaitable!r}, which is not awaitable: add a "
+                                     "coroutine (my_task(), not my_task)")
         if self.enable_grpc:
             if self.grpc_port == self.http_port:
                 raise StartupFailure(f"--grpc_port and --http_port are both {self.http_port}: "
@@ -501,8 +538,27 @@ class ModelServer:
         self.dataplane.start_repository()  # the same: the repository's models load as its control mode says
         if jobs is not None:
             await jobs.start()  # a job of a model still warming up waits for it
+        tasks = self._start_servers()
         await self._stopping.wait()
         await self._shutdown()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._servers_failure is not None:
+            raise self._servers_failure
+
+    def _start_servers(self) -> List["asyncio.Task[Any]"]:
+        """Run each awaitable of ``servers`` on this loop; the first that fails stops the server."""
+        def finished(task: "asyncio.Task[Any]") -> None:
+            if not task.cancelled() and task.exception() is not None and self._servers_failure is None:
+                self._servers_failure = task.exception()
+                logger.error("an awaitable of ModelServer.servers failed (%r): stopping", self._servers_failure)
+                self.stop()
+
+        tasks = [asyncio.ensure_future(awaitable) for awaitable in self.servers]
+        for task in tasks:
+            task.add_done_callback(finished)
+        return tasks
 
     async def _share_changes(self, control_dir: str) -> None:
         """With workers: replay the changes made so far (model loads, shared-memory regions), apply
@@ -519,7 +575,7 @@ class ModelServer:
 
     def _start_http(self, sockets: Optional[List[socket.socket]]) -> None:
         ssl_options = self._tls.context if self._tls is not None else None
-        app = make_app(self.dataplane, REST_APIS, access_log_format=self.access_log_format,
+        app = make_app(self.dataplane, REST_APIS + self._routes.apis(), access_log_format=self.access_log_format,
                        enable_docs_url=self.enable_docs_url, enable_gzip=args.enable_gzip,
                        max_body_size=self.max_body_size)
         self._security.protect_app(app)

@@ -52,7 +52,7 @@ def test_a_body_over_the_limit_is_413_in_the_apis_own_shape_and_labels(server):
 
 @pytest.mark.parametrize("method,path,body,status,detail", [
     ("POST", "/v2/echo_headers/nope", b'{"instances": [1]}', 404,
-     "Request for unknown model: 'nope' is not found. Model with name nope does not exist."),
+     "Request for unknown model: 'nope' is not found. Model with name nope does not exist. Models served: echo."),
     ("POST", PATH, b'{"instances": 5}', 400, 'the body must be a JSON object {"instances": [...]}'),
     ("GET", PATH, None, 405, "Method Not Allowed"),
 ], ids=["unknown-model", "bad-body", "wrong-method"])

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.timeout(60)
 
 MIB8 = 8 * 1024 * 1024
 ZOO_MODELS = {"echo", "pipeline", "headers", "failing", "slow", "explained", "raw"}
+SIDE_MODELS = ["toggle", "echo", "raw", "listed"]
 UNLIMITED = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
 
 
@@ -64,16 +65,17 @@ def bytes_input(text):
     return triton_input(tgrpc, "INPUT0", np.array([text.encode()], dtype=np.object_))
 
 
-def unknown(name):
-    """The message of a model the server never knew: Triton's sentence, then KServe's."""
-    return f"Request for unknown model: '{name}' is not found. Model with name {name} does not exist."
+def unknown(name, served=ZOO_MODELS):
+    """The message of a model the server never knew: Triton's sentence, KServe's, then the models served."""
+    return (f"Request for unknown model: '{name}' is not found. Model with name {name} does not exist. "
+            f"Models served: {', '.join(sorted(served))}.")
 
 
 # --- servers other than the session zoo ---------------------------------------------------------------
 @pytest.fixture(scope="module")
 def side(start_server):
     """A zoo with "toggle" (can turn unready) and models a test may unload."""
-    return start_server("tests/models/zoo.py", env={"ZOO_MODELS": "toggle,echo,raw,listed"})
+    return start_server("tests/models/zoo.py", env={"ZOO_MODELS": ",".join(SIDE_MODELS)})
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +118,9 @@ def test_repository_index(zoo):
 def test_load_and_unload(side):
     with triton(side) as client:
         assert triton_error(client.load_model, "not-in-repo") == (
-            "StatusCode.NOT_FOUND", "failed to load model 'not-in-repo': " + unknown("not-in-repo"))
-        assert triton_error(client.unload_model, "not-in-repo") == ("StatusCode.NOT_FOUND", unknown("not-in-repo"))
+            "StatusCode.NOT_FOUND", "failed to load model 'not-in-repo': " + unknown("not-in-repo", SIDE_MODELS))
+        assert triton_error(client.unload_model, "not-in-repo") == ("StatusCode.NOT_FOUND",
+                                                                    unknown("not-in-repo", SIDE_MODELS))
         assert client.is_model_ready("raw") is True
         client.unload_model("raw")
         assert {m.name: (m.state, m.reason) for m in client.get_model_repository_index().models}["raw"] == (

@@ -55,9 +55,12 @@ def _targets(module: str, is_package: bool, node: ast.stmt, known: Set[str]) -> 
         source = ".".join(base + ([node.module] if node.module else []))
     else:
         source = node.module or ""
-    targets = {source} if source in known else set()
-    targets |= {f"{source}.{alias.name}" for alias in node.names if f"{source}.{alias.name}" in known}
-    return targets
+    submodules = {f"{source}.{alias.name}" for alias in node.names if f"{source}.{alias.name}" in known}
+    if len(submodules) == len(node.names):
+        # ``from . import settings``: only submodules are named, and a package's submodule needs the package
+        # whatever form imports it, so that is no edge of this module to the package's ``__init__``
+        return submodules
+    return submodules | ({source} if source in known else set())
 
 
 def _calls_import_module(node: ast.AST) -> bool:

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import ROOT
 
-LINTED = ["kserve_sdk", "samples", "hack", "tests"]
+LINTED = ["kserve_sdk", "samples", "hack", "tests", "compat"]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:

@@ -234,7 +234,8 @@ def test_grpc_reaches_a_lazy_model_and_its_readiness_does_not_load_it(serve, fiv
     assert client.is_model_ready("a") is True
     assert [event[:2] for event in events(log)] == [["load", "a"]]
     assert triton_error(client.infer, "nope", [triton_input(tgrpc, "x", np.array([1.0], dtype=np.float32))]) == (
-        "StatusCode.NOT_FOUND", "Request for unknown model: 'nope' is not found. Model with name nope does not exist.")
+        "StatusCode.NOT_FOUND", "Request for unknown model: 'nope' is not found. Model with name nope does not exist. "
+                                "Models served: a.")
 
 
 def test_each_worker_loads_lazily_on_its_own(serve, five):

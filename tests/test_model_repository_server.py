@@ -300,8 +300,8 @@ def test_poll_unloads_a_removed_model(polled):
     shutil.rmtree(root / "goes")
     eventually(lambda: ["stop", "goes"] in [e[:2] for e in events(log)], 10, message=server.log)
     status, _, body = post_json(server.http_port, "/v1/models/goes:predict", {"instances": [1]})
-    assert status == 404 and body["error"] == ("Request for unknown model: 'goes' is not found. Model with name goes "
-                                               "does not exist."), body
+    assert status == 404 and body["error"].startswith("Request for unknown model: 'goes' is not found. Model with name "
+                                                      "goes does not exist. Models served: "), body
     assert "goes" not in {entry["name"] for entry in index(server)}
 
 

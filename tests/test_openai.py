@@ -192,7 +192,8 @@ def test_the_openai_client_raises_its_typed_errors(client):
     with pytest.raises(openai.NotFoundError) as caught:
         client.completions.create(model="nope", prompt="x")
     assert caught.value.body["message"] == (
-        "Request for unknown model: 'nope' is not found. Model with name nope does not exist.")
+        "Request for unknown model: 'nope' is not found. Model with name nope does not exist. Models served: echo, "
+        "hasher, kserve-style, objects, parrot, sleepy.")
     with pytest.raises(openai.InternalServerError):
         client.completions.create(model="sleepy", prompt="x")  # 503
     with pytest.raises(openai.RateLimitError) as caught:

@@ -90,6 +90,38 @@ def test_rerank_by_raw_http(server):
     assert got["results"][0]["relevance_score"] > got["results"][1]["relevance_score"]
 
 
+RERANK_DOCUMENTS = ["The train leaves at eight.", "The baker sells bread on Saturday.", "Bees visit the roses in June.",
+                    "Fishing boats come home at dusk."]
+
+
+def rerank(server, query: str, documents, **extra) -> dict:
+    import httpx
+    answer = httpx.post(server.url + "/openai/v1/rerank", timeout=30,
+                        json={"model": "hashing", "query": query, "documents": documents, **extra})
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_rerank_of_the_readme_puts_the_bread_first(server):
+    """The README's curl: only the baker's sentence shares a word with the query ("bread"); with 256 hashing
+    features "mill" and "at" collided and the train came first."""
+    got = rerank(server, "bread from the mill", RERANK_DOCUMENTS[:2])
+    assert [(r["index"], r["relevance_score"]) for r in got["results"]] == [(1, 0.5), (0, 0.0)]
+
+
+@pytest.mark.parametrize("query, best", [("bread from the mill", 1), ("the train to the city", 0),
+                                         ("roses and bees", 2), ("when do the fishing boats come home", 3)])
+def test_rerank_puts_the_only_matching_document_first(server, query, best):
+    """Each query shares content words with one document only: that one first, every other scored 0 (words
+    like "the", "at" and "from" count for nothing), the rest in their given order."""
+    got = rerank(server, query, RERANK_DOCUMENTS)
+    others = [i for i in range(len(RERANK_DOCUMENTS)) if i != best]
+    assert [r["index"] for r in got["results"]] == [best, *others]
+    assert got["results"][0]["relevance_score"] > 0.4
+    assert [r["relevance_score"] for r in got["results"][1:]] == [0.0, 0.0, 0.0]
+    assert got["results"][0]["document"]["text"] == RERANK_DOCUMENTS[best]
+
+
 def test_the_client_scripts_print_what_the_readme_says(server):
     with open(os.path.join(SAMPLE, "output.txt")) as f:
         expected = f.read().strip()

@@ -56,7 +56,8 @@ def test_counts_and_times_over_rest_and_grpc(start_server):
 def test_unknown_model_is_not_found(zoo):
     status, _, body = request(zoo.http_port, "GET", "/v2/models/nope/stats")
     assert (status, json.loads(body)) == (404, {"error": "Request for unknown model: 'nope' is not found. "
-                                                         "Model with name nope does not exist."})
+                                                         "Model with name nope does not exist. Models served: "
+                                                         "echo, explained, failing, headers, pipeline, raw, slow."})
     with pytest.raises(InferenceServerException) as caught:
         tgrpc.InferenceServerClient(zoo.grpc_url).get_inference_statistics("nope")
     assert "NOT_FOUND" in str(caught.value.status()) \

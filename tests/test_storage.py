@@ -48,7 +48,8 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 STORAGE_ENV = ("STORAGE_URI", "AWS_ENDPOINT_URL", "S3_ENDPOINT", "S3_USE_HTTPS", "AWS_ACCESS_KEY_ID",
                "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "STORAGE_EMULATOR_HOST",
                "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCESS_KEY",
-               "KSERVE_SDK_MODEL_CACHE", "KSERVE_SDK_PVC_ROOT")
+               "KSERVE_SDK_MODEL_CACHE", "KSERVE_SDK_PVC_ROOT", "STORAGE_ALLOW_PATTERNS", "STORAGE_IGNORE_PATTERNS",
+               "STORAGE_CONFIG", "STORAGE_OVERRIDE_CONFIG", "STORAGE_URIS")
 
 
 # --- test data -------------------------------------------------------------------------------------------

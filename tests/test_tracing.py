@@ -378,7 +378,8 @@ def test_trace_settings_of_an_unknown_model_are_404(traced):
     for method, body in (("GET", None), ("POST", b'{"trace_rate": "2"}')):
         status, _, answer = request(traced.http_port, method, "/v2/models/nope/trace/setting", body)
         assert (status, json.loads(answer)) == (404, {"error": "Request for unknown model: 'nope' is not found. "
-                                                               "Model with name nope does not exist."})
+                                                               "Model with name nope does not exist. Models served: "
+                                                               "batched, echo, other, tokens."})
 
 
 def test_trace_settings_through_tritonclient_grpc(traced):

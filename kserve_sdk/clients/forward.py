@@ -19,15 +19,34 @@ async def forward_predict(model: Any, config: PredictorConfig, payload: Any, hea
     with forwarding(headers, model.name, config.predictor_host, config.predictor_protocol):
         try:
             if config.predictor_protocol == "grpc-v2":
+                from .grpc import request_message  # grpc loads only for a predictor that speaks it
+
                 client = grpc_client(config.predictor_host, config.predictor_use_ssl,
                                      config.predictor_request_timeout_seconds, config.predictor_request_retries)
-                return await client.infer(payload, headers=headers, model_name=model.name)
+                return await client.infer(request_message(payload, model.name), headers=headers)
             client = rest_client(config.predictor_protocol, config.predictor_request_timeout_seconds,
                                  config.predictor_request_retries)
-            return await client.infer(config.predictor_base_url, payload, model_name=model.name, headers=headers,
-                                      response_headers=response_headers)
+            answered: Optional[Dict[str, str]] = None if response_headers is None else {}
+            result = await client.infer(config.predictor_base_url, payload, model_name=model.name, headers=headers,
+                                        response_headers=answered)
+            if answered and response_headers is not None:
+                response_headers.update(passed_on(answered))
+            return result
         except ProtocolMismatch as e:
             raise e.for_transformer(config.predictor_protocol) from None
+
+
+#: the predictor's headers that describe its own answer's bytes or connection, or that the transformer's
+#: answer has of its own: not passed on to the transformer's caller
+_NOT_PASSED_ON = frozenset({"content-length", "content-type", "content-encoding", "transfer-encoding", "connection",
+                            "keep-alive", "inference-header-content-length", "date", "server", "x-request-id"})
+
+
+def passed_on(predictor_headers: Dict[str, str]) -> Dict[str, str]:
+    """The predictor's answer headers a transformer that returns response headers passes on to its caller
+    (KServe's drops only Content-Length, and Content-Type over v2; the others left out here would misdescribe
+    the transformer's own answer too)."""
+    return {name: value for name, value in predictor_headers.items() if name not in _NOT_PASSED_ON}
 
 
 async def forward_explain(model: Any, payload: Any, headers: Dict[str, str]) -> Any:

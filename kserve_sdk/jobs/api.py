@@ -201,7 +201,8 @@ class _SubmitHandler(BaseHandler):
 
     async def submit(self, name: str, version: Optional[str]) -> None:
         jobs = jobs_service()
-        self.dataplane.get_model(name, version)  # the infer route's 404 (no such model or version); not ready is fine
+        # the infer route's 404 (no such model or version); a model not ready yet is fine
+        self.dataplane.get_model_from_registry(name, version)
         callback_url = checked_callback(self, jobs)
         self.check_body(name)
         call = self.open_call()

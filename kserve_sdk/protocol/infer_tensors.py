@@ -8,6 +8,8 @@ whose classes call the codecs.
 """
 from typing import Any, Dict, Optional
 
+import numpy as np
+
 from .tensor import Tensor
 
 
@@ -22,9 +24,23 @@ class InferMessage:
 class InferInput(Tensor):
     """An input tensor of an inference request: ``InferInput(name, shape, datatype, data=None, parameters=None)``."""
 
+    def set_data_from_numpy(self, input_tensor: np.ndarray, binary_data: bool = True) -> None:
+        """Set the content from a numpy array; ``binary_data`` sends it as raw bytes instead of JSON.
+
+        Raises InferenceError when the array's dtype or shape differs from the tensor's.
+        """
+        Tensor.set_data_from_numpy(self, input_tensor, binary_data)
+
 
 class InferOutput(Tensor):
     """An output tensor of an inference response: ``InferOutput(name, shape, datatype, data=None, parameters=None)``."""
+
+    def set_data_from_numpy(self, output_tensor: np.ndarray, binary_data: bool = True) -> None:
+        """Set the content from a numpy array; ``binary_data`` sends it as raw bytes instead of JSON.
+
+        Raises InferenceError when the array's dtype or shape differs from the tensor's.
+        """
+        Tensor.set_data_from_numpy(self, output_tensor, binary_data)
 
 
 class RequestedOutput:

@@ -5,12 +5,15 @@
 (REST) and :mod:`kserve_sdk.protocol.grpc.convert` (gRPC); these classes only hold the data. The
 tensor classes come from :mod:`.infer_tensors`, below the codecs, and are re-exported here.
 """
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
+from ..constants.constants import GRPC_CONTENT_DATATYPE_MAPPINGS
 from ..errors import InvalidInput
-from .binary import deserialize_bytes_tensor, serialize_bytes_tensor
+from ..utils.optional_packages import require_pandas
+from .binary import deserialize_bytes_tensor as _deserialize_bytes
+from .binary import serialize_bytes_tensor
 from .infer_tensors import InferInput, InferMessage, InferOutput, RequestedOutput, param_value
 
 __all__ = [
@@ -21,6 +24,9 @@ __all__ = [
     "InferResponse",
     "serialize_byte_tensor",
     "deserialize_bytes_tensor",
+    "get_content",
+    "to_grpc_parameters",
+    "to_http_parameters",
 ]
 
 
@@ -29,6 +35,51 @@ def serialize_byte_tensor(input_tensor: np.ndarray) -> np.ndarray:
     out = np.empty((), dtype=np.object_)
     out[()] = serialize_bytes_tensor(input_tensor)
     return out
+
+
+def deserialize_bytes_tensor(encoded_tensor: Union[bytes, memoryview]) -> np.ndarray:
+    """KServe's helper: the elements of a length-prefixed BYTES tensor, as a 1-D object array of bytes.
+    InvalidInput when a length points past the end."""
+    return _deserialize_bytes(encoded_tensor)
+
+
+def get_content(datatype: str, data: Any) -> List[Any]:
+    """The values of a gRPC ``InferTensorContents`` for a tensor of ``datatype``, as a list (FP16 has no typed
+    contents field: its values come as raw contents, so this is empty). InvalidInput for another datatype."""
+    if datatype == "FP16":
+        return []
+    field = GRPC_CONTENT_DATATYPE_MAPPINGS.get(datatype)
+    if field is None:
+        raise InvalidInput(f"invalid content type: datatype {datatype!r} has no typed gRPC contents field")
+    return list(getattr(data, field))
+
+
+def to_grpc_parameters(parameters: Mapping[str, Any]) -> Dict[str, Any]:
+    """REST parameters (plain values) as gRPC ``InferParameter`` s: text, bool, int (int64, or uint64 past its
+    range), float (double); an ``InferParameter`` is kept as it is. InvalidInput for any other value."""
+    from .grpc.grpc_predict_v2_pb2 import InferParameter
+
+    converted = {}
+    for key, value in parameters.items():
+        if isinstance(value, InferParameter):
+            converted[key] = value
+        elif isinstance(value, str):
+            converted[key] = InferParameter(string_param=value)
+        elif isinstance(value, bool):
+            converted[key] = InferParameter(bool_param=value)
+        elif isinstance(value, int):
+            converted[key] = InferParameter(uint64_param=value) if value >= 2 ** 63 else InferParameter(
+                int64_param=value)
+        elif isinstance(value, float):
+            converted[key] = InferParameter(double_param=value)
+        else:
+            raise InvalidInput(f"to_grpc: invalid parameter value: {value!r} (parameter {key!r})")
+    return converted
+
+
+def to_http_parameters(parameters: Mapping[str, Any]) -> Dict[str, Any]:
+    """gRPC ``InferParameter`` s as REST parameters: each becomes the value it holds; plain values stay."""
+    return {key: param_value(value) for key, value in parameters.items()}
 
 
 def _as_rest(body: bytes, json_length: Optional[int]) -> Tuple[Union[bytes, Dict], Optional[int]]:
@@ -145,9 +196,9 @@ class InferRequest(InferMessage):
         return None
 
     def as_dataframe(self):
-        """The inputs as a pandas DataFrame, one column per input (needs pandas)."""
-        import pandas as pd
-
+        """The inputs as a pandas DataFrame, one column per input. Needs pandas (``pip install
+        'kserve-sdk[pandas]'``); without it, ModuleNotFoundError says so."""
+        pd = require_pandas("InferRequest.as_dataframe")
         columns = {}
         for tensor in self.inputs:
             arr = tensor.as_numpy()

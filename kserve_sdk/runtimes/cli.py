@@ -6,7 +6,7 @@ Kubernetes the pod's log shows that line.
 """
 import argparse
 import sys
-from typing import Callable
+from typing import Callable, Optional
 
 import kserve_sdk as kserve
 from kserve_sdk import model_server
@@ -18,14 +18,18 @@ from .model_file import ModelFileError
 DEFAULT_NTHREAD = 1
 
 
-def parse_args(description: str, nthread: bool = False) -> argparse.Namespace:
-    """Every ModelServer flag, plus ``--nthread`` for the runtimes that take it."""
+def parse_args(description: str, nthread: bool = False,
+               add_flags: Optional[Callable[[argparse.ArgumentParser], None]] = None) -> argparse.Namespace:
+    """Every ModelServer flag, plus ``--nthread`` for the runtimes that take it and what ``add_flags`` adds."""
     started_as = getattr(sys.modules.get("__main__"), "__spec__", None)  # the module `python -m` ran
+    module = started_as.name.removesuffix(".__main__") if started_as else None  # a package's __main__: the package
     parser = argparse.ArgumentParser(parents=[model_server.parser], description=description.split("\n\n")[0],
-                                     prog=f"python -m {started_as.name}" if started_as else None)
+                                     prog=f"python -m {module}" if module else None)
     if nthread:
         parser.add_argument("--nthread", "-nthread", default=DEFAULT_NTHREAD, type=int,
                             help="Threads the model's library uses for one prediction.")
+    if add_flags:
+        add_flags(parser)
     args, _ = parser.parse_known_args()
     return args
 
@@ -35,9 +39,10 @@ def first_line(error: BaseException) -> str:
     return next((line.strip() for line in str(error).splitlines() if line.strip()), "")
 
 
-def main(build: Callable[[argparse.Namespace], kserve.Model], description: str, nthread: bool = False) -> None:
+def main(build: Callable[[argparse.Namespace], kserve.Model], description: str, nthread: bool = False,
+         add_flags: Optional[Callable[[argparse.ArgumentParser], None]] = None) -> None:
     """Parse the flags, build the model with ``build(args)``, load it and serve it until SIGTERM."""
-    args = parse_args(description, nthread)
+    args = parse_args(description, nthread, add_flags)
     if args.configure_logging:
         configure_logging(args.log_config_file)
     model = build(args)

@@ -6,12 +6,15 @@ at Azurite or a sovereign cloud); a SAS token in the URI's query string; ``AZURE
 account key of the URI's account); a service principal ``AZURE_CLIENT_ID`` / ``AZURE_CLIENT_SECRET`` /
 ``AZURE_TENANT_ID`` (or KServe's ``AZ_CLIENT_ID`` / ``AZ_CLIENT_SECRET`` / ``AZ_TENANT_ID``; needs
 azure-identity); else anonymous access (public containers). Requests are retried
-``KSERVE_SDK_STORAGE_RETRIES`` times (default 3).
+``KSERVE_SDK_STORAGE_RETRIES`` times (default 3). As in KServe, ``AZURE_MAX_FILE_CONCURRENCY`` blobs are
+downloaded at once (default KSERVE_SDK_STORAGE_CONCURRENCY, 8) and a large blob in ``AZURE_MAX_CHUNK_CONCURRENCY``
+parallel ranges (default 4).
 """
 import os
 from urllib.parse import unquote, urlparse
 
-from .common import Patterns, StorageError, download_all, env_float, env_int, objects_below, require
+from . import settings
+from .common import Patterns, StorageError, concurrency, download_all, env_float, env_int, objects_below, require
 
 BLOB_HOST_SUFFIX = ".blob.core.windows.net"
 
@@ -63,6 +66,11 @@ def describe(error: Exception) -> str:
 
 
 def download(uri: str, dest: str, allow_patterns: Patterns = None, ignore_patterns: Patterns = None) -> None:
+    with settings.tls_environment(cluster_only=True):
+        _download(uri, dest, allow_patterns, ignore_patterns)
+
+
+def _download(uri: str, dest: str, allow_patterns: Patterns, ignore_patterns: Patterns) -> None:
     parsed = urlparse(uri)
     container, _, prefix = unquote(parsed.path).lstrip("/").partition("/")
     if not container:
@@ -78,8 +86,15 @@ def download(uri: str, dest: str, allow_patterns: Patterns = None, ignore_patter
         raise StorageError(f"no blobs found in container {container!r} under {prefix!r}"
                            + (" matching the allow/ignore patterns" if allow_patterns or ignore_patterns else ""))
 
+    chunks = chunk_concurrency()
+
     def fetch(name: str, path: str) -> None:
         with open(path, "wb") as f:
-            client.download_blob(name).readinto(f)
+            client.download_blob(name, max_concurrency=chunks).readinto(f)
 
-    download_all(files, dest, fetch, describe)
+    download_all(files, dest, fetch, describe, concurrency("AZURE_MAX_FILE_CONCURRENCY"))
+
+
+def chunk_concurrency() -> int:
+    """Parallel ranges of one large blob (KServe's AZURE_MAX_CHUNK_CONCURRENCY, default 4)."""
+    return max(1, env_int("AZURE_MAX_CHUNK_CONCURRENCY", 4))

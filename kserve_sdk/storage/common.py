@@ -1,18 +1,16 @@
-"""What every storage scheme shares: the error type, URI redaction, optional SDK imports, file selection, what a
-failed write is called."""
+"""What every storage scheme shares: the error type, optional SDK imports, file selection, what a failed write
+is called (URIs are shown redacted: storage/redaction.py)."""
 import errno
 import fnmatch
 import importlib
 import os
-import re
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple, Union
-from urllib.parse import quote, unquote, unquote_plus, urlparse, urlsplit, urlunsplit
+from urllib.parse import unquote, urlparse
+
+from .redaction import one_line, redact, scrub
 
 Patterns = Optional[Union[str, Sequence[str]]]
-
-# Query parameters whose values are secrets (Azure SAS signatures, presigned S3/GCS URLs, tokens).
-_SECRET_PARAM = re.compile(r"sig|signature|token|secret|password|passwd|key|credential|auth", re.IGNORECASE)
 
 
 class StorageError(RuntimeError):
@@ -29,52 +27,6 @@ class StorageError(RuntimeError):
 
 class UnsupportedStorage(StorageError):
     """The ``STORAGE_URI`` scheme is not one this server can read."""
-
-
-def one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
-def redact(uri: Optional[str]) -> str:
-    """``uri`` without the password of its user info nor the values of secret-looking query parameters."""
-    if not uri:
-        return ""
-    try:
-        parts = urlsplit(uri)
-    except ValueError:
-        return "<unparsable URI>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:***@{host}" if ":" in userinfo else f"***@{host}"
-    query = "&".join(f"{k}=***" if sep and _SECRET_PARAM.search(unquote_plus(k)) else k + sep + v
-                     for k, sep, v in (part.partition("=") for part in parts.query.split("&"))) if parts.query else ""
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def _secrets(uri: str) -> List[str]:
-    try:
-        parts = urlsplit(uri)
-        found = [parts.password] if parts.password else []
-    except ValueError:
-        return []
-    for k, sep, v in (part.partition("=") for part in parts.query.split("&")):
-        if sep and v and _SECRET_PARAM.search(unquote_plus(k)):
-            found += [v, unquote_plus(v), unquote(v)]
-    found = [s for s in found if len(s) >= 3]
-    return sorted(set(found + [quote(s, safe="") for s in found]), key=len, reverse=True)
-
-
-def scrub(text: str, uri: Optional[str]) -> str:
-    """``text`` with the secrets of ``uri`` (password, secret-looking query values) masked, in case an SDK
-    quoted the URL in its error."""
-    if not uri:
-        return text
-    text = text.replace(uri, redact(uri))
-    for secret in _secrets(uri):
-        text = text.replace(secret, "***")
-    return text
 
 
 def bucket_and_prefix(uri: str, form: str) -> Tuple[str, str]:
@@ -187,10 +139,21 @@ def env_float(name: str, default: float) -> float:
         return default
 
 
+def concurrency(scheme_env: Optional[str] = None) -> int:
+    """Objects downloaded at once: ``scheme_env`` (KServe's S3_MAX_FILE_CONCURRENCY, AZURE_MAX_FILE_CONCURRENCY)
+    when set, else KSERVE_SDK_STORAGE_CONCURRENCY (default 8)."""
+    general = env_int("KSERVE_SDK_STORAGE_CONCURRENCY", 8)
+    return max(1, env_int(scheme_env, general) if scheme_env else general)
+
+
 def download_all(files: List[Tuple[str, str, int]], dest: str, fetch_one: Callable[[str, str], None],
-                 describe: Callable[[Exception], str]) -> None:
-    """Fetch ``files`` (name, relative path, size) into ``dest`` on a few threads; the first failure
-    cancels what has not started and is raised as a StorageError. Sizes are checked against the listing."""
+                 describe: Callable[[Exception], str], workers: Optional[int] = None) -> None:
+    """Fetch ``files`` (name, relative path, size) into ``dest`` on ``workers`` threads (default:
+    :func:`concurrency`); the first failure cancels what has not started and is raised as a StorageError.
+    Sizes are checked against the listing."""
+    from .progress import expect
+
+    expect(sum(size for _, _, size in files if size))
     for _, rel, _ in files:  # every folder exists before any thread writes
         os.makedirs(os.path.dirname(os.path.join(dest, rel)) or dest, exist_ok=True)
 
@@ -206,8 +169,8 @@ def download_all(files: List[Tuple[str, str, int]], dest: str, fetch_one: Callab
         if size is not None and got != size:
             raise StorageError(f"{name}: received {got} bytes, the listing says {size}")
 
-    workers = max(1, min(env_int("KSERVE_SDK_STORAGE_CONCURRENCY", 8), len(files)))
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kserve-storage")
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers or concurrency(), len(files))),
+                              thread_name_prefix="kserve-storage")
     try:
         futures = [pool.submit(one, *f) for f in files]
         wait(futures, return_when=FIRST_EXCEPTION)

@@ -7,6 +7,7 @@ emulator. ``GOOGLE_CLOUD_PROJECT`` is optional. Transient failures are retried f
 """
 import os
 
+from . import settings
 from .common import Patterns, StorageError, bucket_and_prefix, download_all, env_float, objects_below, require
 
 
@@ -47,6 +48,11 @@ def _endpoint() -> str:
 
 
 def download(uri: str, dest: str, allow_patterns: Patterns = None, ignore_patterns: Patterns = None) -> None:
+    with settings.tls_environment(cluster_only=True):
+        _download(uri, dest, allow_patterns, ignore_patterns)
+
+
+def _download(uri: str, dest: str, allow_patterns: Patterns, ignore_patterns: Patterns) -> None:
     bucket_name, prefix = bucket_and_prefix(uri, "gs://bucket/prefix")
     from google.api_core import exceptions as gexc
     from google.cloud.storage.retry import DEFAULT_RETRY

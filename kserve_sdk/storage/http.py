@@ -5,17 +5,21 @@ the URL path. Extra request headers come from the environment variable ``<host>-
 object, as KServe reads them (e.g. ``models.example.com-headers='{"Authorization": "Bearer ..."}'``).
 Connection failures, timeouts, 429 and 5xx answers and truncated bodies are retried
 (``KSERVE_SDK_STORAGE_RETRIES`` attempts, default 3); the size is checked against ``Content-Length``.
+TLS is verified against ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``, KServe's cluster-wide bundle or
+``SSL_CERT_FILE``, the first set (settings.py), else the system's trust store.
 """
 import base64
 import http.client
 import json
 import os
+import ssl
 import time
 import urllib.error
 import urllib.request
-from typing import Dict
+from typing import Dict, Optional
 from urllib.parse import unquote, urlparse
 
+from . import progress, settings
 from .common import Patterns, StorageError, env_float, env_int
 
 HEADERS_SUFFIX = "-headers"
@@ -50,11 +54,11 @@ def _file_name(response, uri: str) -> str:
     return name
 
 
-def _fetch_once(uri: str, headers: Dict[str, str], dest: str, timeout: float) -> str:
+def _fetch_once(uri: str, headers: Dict[str, str], dest: str, timeout: float, context: Optional[ssl.SSLContext]) -> str:
     request = urllib.request.Request(uri, headers=headers)
     host = urlparse(uri).netloc.rsplit("@", 1)[-1]
     try:
-        response = urllib.request.urlopen(request, timeout=timeout)
+        response = urllib.request.urlopen(request, timeout=timeout, context=context)
     except urllib.error.HTTPError as e:
         e.close()
         cause = f"HTTP {e.code} {e.reason}"
@@ -62,6 +66,9 @@ def _fetch_once(uri: str, headers: Dict[str, str], dest: str, timeout: float) ->
             raise _Retryable(cause) from e
         raise StorageError(cause) from e
     except urllib.error.URLError as e:
+        if isinstance(e.reason, ssl.SSLCertVerificationError):  # a retry would not change the certificate
+            raise StorageError(f"cannot verify the TLS certificate of {host}: {e.reason.verify_message} (a private "
+                               "CA: REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE or SSL_CERT_FILE names its bundle)") from e
         raise _Retryable(f"cannot reach {host}: {e.reason}") from e
     except (TimeoutError, ConnectionError, http.client.HTTPException) as e:
         raise _Retryable(f"cannot reach {host}: {type(e).__name__}: {e}") from e
@@ -70,11 +77,12 @@ def _fetch_once(uri: str, headers: Dict[str, str], dest: str, timeout: float) ->
         path = os.path.join(dest, name)
         length = response.headers.get("Content-Length")
         expected = int(length) if length and length.isdigit() else None
+        progress.expect(expected)
         received = 0
         try:
             with open(path, "wb") as f:
                 while True:
-                    chunk = response.read(CHUNK)
+                    chunk = response.read1(CHUNK)  # what has arrived: the progress lines see it
                     if not chunk:
                         break
                     f.write(chunk)
@@ -99,11 +107,12 @@ def download(uri: str, dest: str, allow_patterns: Patterns = None, ignore_patter
         uri = parsed._replace(netloc=parsed.netloc.rsplit("@", 1)[1]).geturl()
     attempts = max(1, env_int("KSERVE_SDK_STORAGE_RETRIES", 3))
     timeout = env_float("KSERVE_SDK_STORAGE_TIMEOUT", 60.0)
+    context = settings.ssl_context() if parsed.scheme == "https" else None
     for attempt in range(1, attempts + 1):
         for entry in os.listdir(dest):  # a retry starts clean
             os.remove(os.path.join(dest, entry))
         try:
-            _fetch_once(uri, headers, dest, timeout)
+            _fetch_once(uri, headers, dest, timeout, context)
             return
         except _Retryable as e:
             if attempt == attempts:

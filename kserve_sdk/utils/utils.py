@@ -12,6 +12,7 @@ from ..constants.constants import PredictorProtocol
 from ..errors import InvalidInput
 from ..protocol.dtypes import datatype_of
 from ..protocol.infer_type import InferOutput, InferRequest, InferResponse
+from .optional_packages import require_pandas
 
 
 def generate_uuid() -> str:
@@ -73,6 +74,7 @@ def get_predict_input(payload: Union[Dict, InferRequest], columns: Optional[List
 
     v1: the ``instances`` (or ``inputs``) list; rows of dicts become a pandas DataFrame.
     v2: the first input as numpy, or a DataFrame when the request's ``content_type`` parameter is "pd".
+    A DataFrame needs pandas (``pip install 'kserve-sdk[pandas]'``); without it, ModuleNotFoundError says so.
     """
     if isinstance(payload, dict):
         instances = payload["inputs"] if "inputs" in payload else payload.get("instances")
@@ -82,8 +84,7 @@ def get_predict_input(payload: Union[Dict, InferRequest], columns: Optional[List
             return np.array(instances)
         first = instances[0]
         if isinstance(first, dict) or (isinstance(first, list) and first and isinstance(first[0], dict)):
-            import pandas as pd
-
+            pd = require_pandas("get_predict_input on rows of dicts (a DataFrame)")
             return pd.concat([pd.DataFrame(i, columns=columns) for i in instances], axis=0)
         if isinstance(first, str):
             return instances

@@ -8,7 +8,7 @@
   words as ``chat.completion.chunk`` events.
 - ``hashing``: scikit-learn's ``HashingVectorizer`` as an ``OpenAIEncoderModel``: ``/v1/embeddings``
   (one L2-normalised vector of word counts per text) and ``/v1/rerank`` (documents by cosine
-  similarity to the query).
+  similarity to the query of the words they share, English stop words left out).
 
     python model.py --http_port 8080        # then see README.md
 """
@@ -185,8 +185,15 @@ def message_text(message: dict) -> str:
     return " ".join(part.get("text", "") for part in content if part.get("type") == "text")
 
 
+#: Rerank hashes words into this many features, so that two different words of a request practically never
+#: land on the same one (in 256, "mill" and "at" share one: "The train leaves at eight." ranked above "The
+#: baker sells bread on Saturday." for "bread from the mill").
+RERANK_FEATURES = 2 ** 20
+
+
 class HashingEncoder(OpenAIEncoderModel):
-    """Texts as hashed word-count vectors (``dimensions`` of them, 256 unless asked)."""
+    """Texts as hashed word-count vectors (``dimensions`` of them, 256 unless asked); rerank by the content
+    words a document shares with the query."""
 
     def __init__(self, name: str, dimensions: int = 256):
         super().__init__(name)
@@ -212,8 +219,11 @@ class HashingEncoder(OpenAIEncoderModel):
         return Embedding(model=self.name, data=data, usage=UsageInfo(prompt_tokens=tokens, total_tokens=tokens))
 
     async def create_rerank(self, request, raw_request=None, context=None) -> Rerank:
-        rows = self.vectors([request.query, *request.documents])
-        scores = rows[1:] @ rows[0]
+        # Words like "the" or "from" would make every document look a little relevant: they are left out.
+        vectorizer = HashingVectorizer(n_features=RERANK_FEATURES, alternate_sign=False, norm="l2",
+                                       stop_words="english")
+        rows = vectorizer.transform([request.query, *request.documents])  # sparse: 2**20 columns
+        scores = (rows[1:] @ rows[0].T).toarray().ravel()
         order = sorted(range(len(request.documents)), key=lambda i: -scores[i])[:request.top_n or None]
         tokens = sum(len(WORD.findall(t)) for t in [request.query, *request.documents])
         return Rerank(model=self.name, usage=RerankUsage(total_tokens=tokens), results=[

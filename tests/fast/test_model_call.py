@@ -172,6 +172,40 @@ def test_a_stream_that_fails_midway_is_the_models_error(way):
     assert _stats(name) == {"success": 0, "fail": 1, "executions": 1}
 
 
+class _Countdown:
+    """An async iterator that is not a generator: it has no aclose, as KServe allows a model's stream to be."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        if self.n == 0:
+            raise StopAsyncIteration
+        self.n -= 1
+        return self.n
+
+
+@pytest.mark.parametrize("way", ["iterated", "left", "never asked"])
+def test_a_stream_of_any_async_iterator_ends_its_call(way):
+    dataplane, name = _dataplane(), _name()
+
+    async def run():
+        stream = CountedStream(dataplane, name, _Countdown(3), {}, "rest_v2", Timings())
+        if way == "iterated":
+            return [n async for n in stream]
+        answers = stream.__aiter__()
+        if way == "left":
+            assert await answers.__anext__() == 2
+        await answers.aclose()
+        return None
+
+    assert asyncio.run(run()) == ([2, 1, 0] if way == "iterated" else None)
+    assert dataplane.calls_in_flight() == 0 and _stats(name)["fail"] == 0
+
+
 def test_a_client_that_leaves_is_no_failure_of_the_model():
     dataplane, name = _dataplane(), _name()
 

@@ -53,13 +53,13 @@ def test_an_unloaded_model_is_kept_listed_and_served_again_by_a_load():
     assert run(dataplane.repository_index()) == [{"name": "m", "state": "UNAVAILABLE", "reason": "unloaded"}]
     assert run(dataplane.model_ready("m")) is False and model.ready is False
     with pytest.raises(ModelUnavailable) as caught:
-        dataplane.get_model("m")
+        dataplane.get_model_from_registry("m")
     assert str(caught.value) == ("Request for unknown model: 'm' has no available versions. Model m was unloaded: "
                                  "load it again (POST /v2/repository/models/m/load) to serve it.")
     assert caught.value.http_status == 404 and caught.value.grpc_code == "NOT_FOUND"
     run(dataplane.unload("m"))  # unloading it again changes nothing
     run(dataplane.load("m"))
-    assert dataplane.get_model("m") is model and (model.loads, model.starts) == (2, 1)
+    assert dataplane.get_model_from_registry("m") is model and (model.loads, model.starts) == (2, 1)
     assert run(dataplane.model_ready("m")) is True
     assert run(dataplane.repository_index()) == [{"name": "m", "state": "READY"}]
 
@@ -78,19 +78,19 @@ def test_a_model_whose_load_fails_again_stays_unavailable_with_the_reason():
     assert run(dataplane.repository_index()) == [
         {"name": "m", "state": "UNAVAILABLE", "reason": "OSError: the weights are gone"}]
     with pytest.raises(ModelUnavailable, match="Model m is UNAVAILABLE: OSError: the weights are gone"):
-        dataplane.get_model("m")
+        dataplane.get_model_from_registry("m")
 
 
 def test_a_load_of_a_served_model_leaves_it_in_place():
     model = Counted("m")
     dataplane = plane(model)
     run(dataplane.load("m"))
-    assert dataplane.get_model("m") is model and model.loads == 1
+    assert dataplane.get_model_from_registry("m") is model and model.loads == 1
 
 
 def test_a_name_never_known_stays_unknown():
     dataplane = plane(Counted("m"))
-    message = "Request for unknown model: 'nope' is not found. Model with name nope does not exist."
+    message = "Request for unknown model: 'nope' is not found. Model with name nope does not exist. Models served: m."
     for call in (dataplane.model_ready("nope"), dataplane.unload("nope"), dataplane.ready_model("nope")):
         with pytest.raises(ModelNotFound) as caught:
             run(call)
@@ -215,7 +215,7 @@ def test_an_override_reaches_an_unloaded_model_when_it_is_loaded_again():
     dataplane = plane(model)
     run(dataplane.unload("m"))
     run(dataplane.load("m", {"config": '{"max_batch_size": 6}'}))
-    assert dataplane.get_model("m") is model and model.max_batch_size == 6
+    assert dataplane.get_model_from_registry("m") is model and model.max_batch_size == 6
 
 
 # --- what other workers replay ---------------------------------------------------------------------------------
@@ -233,4 +233,4 @@ def test_other_workers_replay_an_unload_and_a_load_with_its_override():
     run(replica.apply_change(*shared[0]))
     assert run(replica.repository_index()) == [{"name": "m", "state": "UNAVAILABLE", "reason": "unloaded"}]
     run(replica.apply_change(*shared[1]))
-    assert run(replica.model_ready("m")) is True and replica.get_model("m").max_batch_size == 5
+    assert run(replica.model_ready("m")) is True and replica.get_model_from_registry("m").max_batch_size == 5

@@ -263,7 +263,8 @@ class Loader(ModelRepository):
 def test_a_repository_load_warms_the_model_up_and_a_failing_warmup_fails_the_load():
     dataplane = DataPlane(Loader(), enable_latency_logging=False)
     asyncio.run(dataplane.load("fine"))
-    assert dataplane.get_model("fine").calls["postprocess"] == 1 and asyncio.run(dataplane.model_ready("fine"))
+    assert dataplane.get_model_from_registry("fine").calls["postprocess"] == 1
+    assert asyncio.run(dataplane.model_ready("fine"))
     with pytest.raises(InferenceError) as info:
         asyncio.run(dataplane.load("broken"))
     reason = "warm-up warmup[0] ('w') failed: ValueError: cannot take it"
