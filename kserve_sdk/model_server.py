@@ -174,6 +174,10 @@ _flag("allow_client_shm", default=False, type=strtobool,
            "through them. Off by default: a client could read and write this host's shared memory.")
 _flag("max_shm_regions", default=1024, type=non_negative_int,
       help="System shared-memory regions one worker keeps registered; one more is refused (0: no limit).")
+_flag("shm_zero_copy", default=False, type=strtobool,
+      help="Map each system shared-memory region into the server at registration, as Triton does: no copy of "
+           "large tensors, but a client that shrinks its object crashes the worker (SIGBUS). Only for trusted "
+           "clients (docs/security.md).")
 # Security (docs/security.md): who may call which group of APIs, and client certificates.
 _flag("http_restricted_api", default=None, action="append", metavar="GROUPS:KEY=VALUE",
       help="Restrict REST API groups (comma-separated: health, metadata, inference, shared-memory, model-config, "
@@ -346,6 +350,7 @@ class ModelServer:
         self.dataplane = DataPlane(self.registered_models, enable_latency_logging, args.max_concurrent_requests,
                                    args.request_timeout_seconds, args.allow_client_shm, scheduling_defaults(args))
         self.dataplane.shared_memory.max_regions = args.max_shm_regions
+        self.dataplane.shared_memory.zero_copy = args.shm_zero_copy
         #: Durable jobs (the ``--jobs_store`` and ``--job_*`` flags); ``store_url`` None turns them off.
         self.job_options = job_options(args)
         self._stopping: Optional[asyncio.Event] = None

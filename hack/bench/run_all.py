@@ -201,7 +201,7 @@ def group_workers(opts, targets):
 
 def group_shm(opts, targets):
     """shm_bench: 64 MiB through system shared memory vs binary REST, ours only."""
-    args = bench_args(shm_bench, opts, ["ours"])
+    args = bench_args(shm_bench, opts, ["ours", shm_bench.ZERO_COPY])
     args.max_requests = opts.shm_max_requests
     return run_load_group("shm", args, shm_bench.spec(args))
 

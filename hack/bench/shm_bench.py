@@ -21,16 +21,24 @@ from benchlib import HERE, HOST, MODEL, Case, LoadResult
 N = 1 << 24                     # FP32 elements: 64 MiB
 CASES = [Case("shm-64mib", 1, "shm", N), Case("binary-64mib", 1, "binary", N)]
 STATUS = "/v2/systemsharedmemory/status"
+ZERO_COPY = "ours-zc"
 
 
 def make_targets(names, args, workdir):
     """`ours` serving the add-one model over HTTP with --allow_client_shm true (a flag servers without
-    shared memory ignore); nothing else can run this bench."""
-    if names != ["ours"]:
-        raise SystemExit("shm_bench serves only the target ours")
-    targets = benchlib.build_targets(names, args, workdir, "http")
-    targets[0].cmd += ["--allow_client_shm", "true"]
-    targets[0].desc += ", --allow_client_shm true"
+    shared memory ignore), and `ours-zc` the same with --shm_zero_copy true (regions mapped, as Triton does);
+    nothing else can run this bench."""
+    if not names or set(names) - {"ours", ZERO_COPY}:
+        raise SystemExit(f"shm_bench serves only the targets ours and {ZERO_COPY}")
+    targets = benchlib.build_targets(["ours"] * len(names), args, workdir, "http")
+    for name, target in zip(names, targets, strict=True):
+        target.cmd += ["--allow_client_shm", "true"]
+        target.desc += ", --allow_client_shm true"
+        if name == ZERO_COPY:
+            target.name = ZERO_COPY
+            target.cmd += ["--shm_zero_copy", "true"]
+            target.desc += " --shm_zero_copy true"
+            target.unsupported["binary-64mib"] = "binary REST is the same server as ours"
     return targets
 
 
@@ -89,16 +97,16 @@ def load(args, target, case, payload, seconds):
                       p50_ms=res["p50_ms"], p99_ms=res["p99_ms"]), None
 
 
-def shm_ratio(rows):
-    """req/s of shm-64mib / binary-64mib for ours, or None."""
-    shm, binary = (rows.get(("ours", c.key)) for c in CASES)
+def shm_ratio(rows, target="ours"):
+    """req/s of shm-64mib (on ``target``) / binary-64mib (on ours), or None."""
+    shm, binary = rows.get((target, CASES[0].key)), rows.get(("ours", CASES[1].key))
     return shm.rps / binary.rps if shm and binary and shm.rps and binary.rps else None
 
 
 def parser():
     """The command line of this bench (benchlib's flags plus the client's bounds)."""
     ap = benchlib.arg_parser("Triton system shared memory vs binary REST, 64 MiB FP32, kserve_sdk.", CASES)
-    ap.set_defaults(targets="ours", duration=5)
+    ap.set_defaults(targets=f"ours,{ZERO_COPY}", duration=5)
     ap.add_argument("--max-requests", type=int, default=1000, help="bound per timed run (default 1000)")
     ap.add_argument("--timeout", type=float, default=60, help="per-request network timeout in s (default 60)")
     return ap
@@ -107,9 +115,10 @@ def parser():
 def spec(args):
     """This bench as a benchlib.Bench; its data gets 'shm_over_binary' once the report ran."""
     def report(rows, targets, cases):
-        ratio = shm_ratio(rows)
-        bench.data["shm_over_binary"] = ratio
-        print("\nshm / binary REST req/s: " + ("n/a" if ratio is None else f"{ratio:.2f}x"))
+        ratio, zero_copy = shm_ratio(rows), shm_ratio(rows, ZERO_COPY)
+        bench.data["shm_over_binary"], bench.data["shm_zero_copy_over_binary"] = ratio, zero_copy
+        print("\nshm / binary REST req/s: " + ("n/a" if ratio is None else f"{ratio:.2f}x")
+              + "; with --shm_zero_copy: " + ("n/a" if zero_copy is None else f"{zero_copy:.2f}x"))
 
     bench = benchlib.Bench(tag="shm_bench", cases=CASES, proto="http", make_payload=lambda case, workdir: None,
                            check=functools.partial(check, args), load=load, err_cols=[],

@@ -15,8 +15,14 @@ gets; an output is written with ``pwrite``. A read that comes up short is an err
 A client that may register regions can read and write any object in /dev/shm the server's user may open,
 so it is off unless the server is started with ``--allow_client_shm true`` (as Triton's ``--allow-client-shm``);
 ``--max_shm_regions`` caps the regions one worker keeps.
+
+``--shm_zero_copy true`` is for clients the operator trusts not to shrink their objects: each region is then
+mapped once, at registration, as Triton maps it; inputs reach the model as views of the client's memory and
+outputs are copied straight into it, with no system call and no copy of the server's own. A client that
+shrinks its object then crashes the worker with SIGBUS (docs/security.md says when that is acceptable).
 """
 import errno
+import mmap
 import os
 import stat
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -181,10 +187,11 @@ class _Region:
 
     def write(self, offset: int, data: Union[bytes, memoryview], what: str) -> None:
         """Write ``data`` at ``offset`` of the region (the caller checked it fits)."""
+        data = memoryview(data).cast("B")
         start = self.start_of(offset, len(data), what)
         fd = self.open()
         try:
-            _write_all(fd, memoryview(data).cast("B"), start)
+            _write_all(fd, data, start)
         except OSError as e:  # e.g. no space left: the client's object has holes and /dev/shm is full
             raise self.failed("writing", e) from None
         finally:
@@ -195,14 +202,40 @@ class _Region:
                             f"failed: {error.strerror}")
 
 
+class _MappedRegion(_Region):
+    """A region mapped into the server's memory at registration (``--shm_zero_copy``): reads are views of it,
+    writes copies into it. The mapping is released when the last view of it is."""
+
+    __slots__ = ("view",)
+
+    def __init__(self, name: str, key: str, offset: int, byte_size: int, identity: Tuple[int, int], fd: int):
+        super().__init__(name, key, offset, byte_size, identity)
+        try:
+            mapping = mmap.mmap(fd, offset + byte_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except (OSError, ValueError) as e:
+            raise InvalidInput(f"region '{name}': shared memory object '{key}' cannot be mapped: {e}") from None
+        self.view = memoryview(mapping)[offset:]
+
+    def read(self, offset: int, byte_size: int, what: str) -> memoryview:
+        start = self.start_of(offset, byte_size, what) - self.offset
+        return self.view[start:start + byte_size].toreadonly()
+
+    def write(self, offset: int, data: Union[bytes, memoryview], what: str) -> None:
+        data = memoryview(data).cast("B")
+        start = self.start_of(offset, len(data), what) - self.offset
+        self.view[start:start + len(data)] = data
+
+
 class SharedMemoryRegistry:
     """The regions clients registered: names of parts of shared-memory objects, no open files."""
 
-    def __init__(self, allowed: bool = False, max_regions: int = DEFAULT_MAX_REGIONS):
+    def __init__(self, allowed: bool = False, max_regions: int = DEFAULT_MAX_REGIONS, zero_copy: bool = False):
         #: Whether clients may register regions at all (``--allow_client_shm``).
         self.allowed = allowed
         #: The most regions registered at once (``--max_shm_regions``; 0: no limit).
         self.max_regions = max_regions
+        #: Whether regions are mapped at registration rather than copied through at each use (``--shm_zero_copy``).
+        self.zero_copy = zero_copy
         self._regions: Dict[str, _Region] = {}
 
     def _check_allowed(self) -> None:
@@ -220,11 +253,15 @@ class SharedMemoryRegistry:
                                f"regions are, the most this server keeps (--max_shm_regions {self.max_regions}); "
                                "unregister some first")
         fd, info = _open_object(key)
-        os.close(fd)
-        if offset + byte_size > info.st_size:
-            raise InvalidInput(f"region '{name}': offset {offset} + byte_size {byte_size} is past the end of "
-                               f"shared memory object '{key}' ({info.st_size} bytes)")
-        self._regions[name] = _Region(name, key, offset, byte_size, (info.st_dev, info.st_ino))
+        try:
+            if offset + byte_size > info.st_size:
+                raise InvalidInput(f"region '{name}': offset {offset} + byte_size {byte_size} is past the end of "
+                                   f"shared memory object '{key}' ({info.st_size} bytes)")
+            identity = (info.st_dev, info.st_ino)
+            self._regions[name] = _MappedRegion(name, key, offset, byte_size, identity, fd) if self.zero_copy \
+                else _Region(name, key, offset, byte_size, identity)
+        finally:
+            os.close(fd)
 
     def unregister(self, name: str = "") -> None:
         """Forget the region ``name`` (every region when ``name`` is empty); unknown names are ignored."""

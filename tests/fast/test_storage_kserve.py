@@ -287,7 +287,8 @@ def test_kserve_storage_schemes_go_to_it_with_the_patterns(env, tmp_path):
     package.mkdir(parents=True)
     (package / "__init__.py").write_text(STAND_IN)
     env.syspath_prepend(str(tmp_path / "site"))
-    env.delitem(sys.modules, "kserve_storage", raising=False)
+    env.setitem(sys.modules, "kserve_storage", None)  # so the stand-in imported below is gone after the test
+    env.delitem(sys.modules, "kserve_storage")
     env.setenv("STORAGE_IGNORE_PATTERNS", "*.md")
     out = Storage.download("oci://registry.example/models/llm:1.0", str(tmp_path / "m"), allow_patterns="*.json")
     assert out == str(tmp_path / "m")
