@@ -756,3 +756,60 @@ def redis_server(folder: Any) -> Iterator[str]:
         yield url
     finally:
         stop_process_group(server)
+
+
+AZURITE_VERSION = "3.35.0"
+
+
+def azurite_binary() -> str:
+    """azurite-blob (the Azure Blob emulator) from the npm registry, installed once into the tests' cache folder
+    (``$KSERVE_SDK_TEST_CACHE``, else ~/.cache/kserve-sdk-test); "" without Node.js and npm."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not node or not npm:
+        return ""
+    cache = os.environ.get("KSERVE_SDK_TEST_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                                       "kserve-sdk-test")
+    prefix = os.path.join(cache, f"azurite-{AZURITE_VERSION}")
+    binary = os.path.join(prefix, "node_modules", ".bin", "azurite-blob")
+    if not os.path.exists(binary):
+        os.makedirs(cache, exist_ok=True)
+        partial = tempfile.mkdtemp(prefix=f".azurite-{AZURITE_VERSION}-", dir=cache)
+        try:
+            subprocess.run([npm, "install", "--prefix", partial, "--no-audit", "--no-fund", "--loglevel=error",
+                            f"azurite@{AZURITE_VERSION}"], check=True, timeout=600, stdout=subprocess.DEVNULL)
+            os.rename(partial, prefix)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+    return binary
+
+
+def wait_ready_restarting(server: "Server", timeout: float = 120.0, restarts: int = 2) -> None:
+    """Until ``server`` (started with ``wait_ready=False``) is ready; one that lost its free port to another
+    process before it bound it is started again, at most ``restarts`` times."""
+    left = [restarts]
+
+    def ready() -> bool:
+        if server.proc.poll() is not None:
+            if left[0] and "in use" in server.log():
+                left[0] -= 1
+                server.start(wait_ready=False)
+                return False
+            raise AssertionError(f"{server.args} exited {server.proc.returncode}:\n{server.log()}")
+        return answers_ok(server.url + "/v2/health/ready")
+
+    eventually(ready, timeout, interval=0.1, message=lambda: f"{server.args} not ready:\n{server.log()}")
+
+
+def swapped_iris_model() -> bytes:
+    """The iris sample's model with setosa and virginica swapped: a server that loaded it answers 2 for setosa
+    (the storage tests' proof that a server serves what it downloaded, not the sample's own file)."""
+    import io
+
+    import joblib
+
+    from samples.custom_model.model import ARTEFACT
+    model = joblib.load(os.path.join(ROOT, "samples", "custom_model", "model", ARTEFACT))
+    model.classes_ = model.classes_[::-1].copy()
+    buf = io.BytesIO()
+    joblib.dump(model, buf, compress=3)
+    return buf.getvalue()

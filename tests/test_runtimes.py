@@ -21,7 +21,16 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import ROOT, Server, answers_ok, eventually, free_port, http_get, post_json, triton_error, triton_input
+from helpers import (
+    ROOT,
+    Server,
+    free_port,
+    http_get,
+    post_json,
+    triton_error,
+    triton_input,
+    wait_ready_restarting,
+)
 from samples.runtimes.train import iris, save_lightgbm, save_onnx, save_sklearn, save_xgboost
 
 LAUNCHER = os.path.join(ROOT, "tests", "models", "run_module.py")
@@ -119,25 +128,6 @@ class FileServer:
         self.httpd.server_close()
 
 
-def wait_ready(server: Server, timeout: float = 90.0, restarts: int = 2) -> None:
-    """Until the server is ready; one that lost its free port to another process is started again."""
-    left = [restarts]
-
-    def ready() -> bool:
-        if server.proc.poll() is not None:
-            if left[0] and "Address already in use" in server.log():
-                left[0] -= 1
-                server.start(wait_ready=False)
-                return False
-            pytest.fail(f"{server.args} exited {server.proc.returncode}:\n{server.log()}")
-        return answers_ok(server.url + "/v2/health/ready")
-
-    try:
-        eventually(ready, timeout, interval=0.1)
-    except AssertionError:
-        raise AssertionError(f"{server.args} not ready in {timeout} s:\n{server.log()}") from None
-
-
 @pytest.fixture(scope="module")
 def files(trained):
     server = FileServer(trained["sklearn"])
@@ -164,7 +154,7 @@ def servers(trained, files, tmp_path_factory) -> Dict[str, Server]:
                             env={"RUN_MODULE": f"kserve_sdk.runtimes.{runtime}", **env})
             started[name] = server.start(wait_ready=False)
         for server in started.values():
-            wait_ready(server)
+            wait_ready_restarting(server)
         yield started
     finally:
         for server in started.values():

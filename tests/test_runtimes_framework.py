@@ -20,7 +20,15 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from helpers import ROOT, Server, answers_ok, eventually, free_port, http_get, post_json, triton_input
+from helpers import (
+    ROOT,
+    Server,
+    free_port,
+    http_get,
+    post_json,
+    triton_input,
+    wait_ready_restarting,
+)
 from samples.runtimes.train import iris, save_lightgbm, save_onnx, save_sklearn, save_xgboost
 
 MODULE = "kserve_sdk.runtimes"
@@ -72,22 +80,6 @@ def expected(trained) -> Dict[str, object]:
     }
 
 
-def wait_ready(server: Server, timeout: float = 120.0, restarts: int = 2) -> None:
-    """Until the server is ready; one that lost its free port to another process is started again."""
-    left = [restarts]
-
-    def ready() -> bool:
-        if server.proc.poll() is not None:
-            if left[0] and "in use" in server.log():
-                left[0] -= 1
-                server.start(wait_ready=False)
-                return False
-            pytest.fail(f"{server.args} exited {server.proc.returncode}:\n{server.log()}")
-        return answers_ok(server.url + "/v2/health/ready")
-
-    eventually(ready, timeout, interval=0.1, message=lambda: f"{server.args} not ready:\n{server.log()}")
-
-
 @pytest.fixture(scope="module")
 def servers(trained, tmp_path_factory) -> Dict[str, Server]:
     """{served model: its server}, started together. "default" is sklearn's model with no --framework and
@@ -107,7 +99,7 @@ def servers(trained, tmp_path_factory) -> Dict[str, Server]:
                             python_args=["-m"])
             started[name] = server.start(wait_ready=False)
         for server in started.values():
-            wait_ready(server)
+            wait_ready_restarting(server)
         yield started
     finally:
         for server in started.values():

@@ -31,14 +31,13 @@ from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 from tornado.web import Application, RequestHandler
 
-from helpers import ROOT, eventually, free_port, post_json, stop_process_group
+from helpers import ROOT, azurite_binary, eventually, free_port, post_json, stop_process_group, swapped_iris_model
 from kserve_sdk.storage import Storage, StorageError, resolve_model_dir
 from samples.custom_model.model import ARTEFACT
 
 SAMPLE = "samples/custom_model/model.py"
 IRIS_MODEL = os.path.join(ROOT, "samples", "custom_model", "model", ARTEFACT)
 SETOSA = {"instances": [[5.1, 3.5, 1.4, 0.2]]}
-AZURITE_VERSION = "3.35.0"
 # Azurite's documented development account (public, fixed in Azurite itself).
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -86,16 +85,6 @@ def zip_bytes(members: Dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def _swapped_iris_model() -> bytes:
-    """The sample's iris model with setosa and virginica swapped: a server that loaded it answers 2 for setosa."""
-    import joblib
-    model = joblib.load(IRIS_MODEL)
-    model.classes_ = model.classes_[::-1].copy()
-    buf = io.BytesIO()
-    joblib.dump(model, buf, compress=3)
-    return buf.getvalue()
-
-
 rng = random.Random(8)
 TREE = {
     "config.json": json.dumps({"model": "test", "layers": [4, 8, 3]}).encode(),
@@ -111,7 +100,7 @@ OBJECTS = {  # what each object store holds, by key
     **{f"dir/{name}": data for name, data in TREE.items()},
     "archive/model.tar.gz": tar_bytes(TREE),
     f"iris/{ARTEFACT}": IRIS,
-    f"iris-swapped/{ARTEFACT}": _swapped_iris_model(),
+    f"iris-swapped/{ARTEFACT}": swapped_iris_model(),
     "bad/corrupt.tar.gz": b"\x1f\x8b\x08\x00" + rng.randbytes(4000),
     "evil/model.tar.gz": tar_bytes({"ok.txt": b"fine", "../../escaped.txt": b"pwned"}),
     "evil-link/model.tar": tar_bytes({"ok.txt": b"fine"}, mode="w", links={"up": "../../../etc"}),
@@ -171,27 +160,6 @@ def _post(url: str, body: bytes, content_type: str = "text/plain") -> bytes:
 
 
 # --- the emulators, started together ---------------------------------------------------------------------------
-def _azurite_bin() -> str:
-    """azurite-blob from the npm registry, installed once into a cache directory ("" without Node.js)."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        return ""
-    cache = os.environ.get("KSERVE_SDK_TEST_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                                       "kserve-sdk-test")
-    prefix = os.path.join(cache, f"azurite-{AZURITE_VERSION}")
-    binary = os.path.join(prefix, "node_modules", ".bin", "azurite-blob")
-    if not os.path.exists(binary):
-        os.makedirs(cache, exist_ok=True)
-        partial = tempfile.mkdtemp(prefix=f".azurite-{AZURITE_VERSION}-", dir=cache)
-        try:
-            subprocess.run([npm, "install", "--prefix", partial, "--no-audit", "--no-fund", "--loglevel=error",
-                            f"azurite@{AZURITE_VERSION}"], check=True, timeout=600, stdout=subprocess.DEVNULL)
-            os.rename(partial, prefix)
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)
-    return binary
-
-
 @pytest.fixture(scope="module")
 def emulators(tmp_path_factory):
     """moto_server, gcp-storage-emulator and Azurite (when Node.js is there), started at once on free ports;
@@ -203,7 +171,7 @@ def emulators(tmp_path_factory):
                             "--port", str(ports["gcs"]), "--in-memory", "--quiet"]),
     }
     try:
-        binary = _azurite_bin()
+        binary = azurite_binary()
         if binary:
             procs["azurite"] = Proc("azurite", [
                 binary, "--blobHost", "127.0.0.1", "--blobPort", str(ports["azurite"]), "--inMemoryPersistence",

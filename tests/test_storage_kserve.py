@@ -9,7 +9,6 @@ their own session, stopped by PID.
 """
 import base64
 import hashlib
-import io
 import json
 import logging
 import os
@@ -20,7 +19,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import types
@@ -32,15 +30,13 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from certs import ThrowawayCA
-from helpers import ROOT, eventually, free_port, post_json, stop_process_group
+from helpers import ROOT, azurite_binary, eventually, free_port, post_json, stop_process_group, swapped_iris_model
 from kserve_sdk.storage import Storage, StorageError, resolve_model_dir
 from samples.custom_model.model import ARTEFACT
 
 SAMPLE = "samples/custom_model/model.py"
-IRIS_MODEL = os.path.join(ROOT, "samples", "custom_model", "model", ARTEFACT)
 SETOSA = {"instances": [[5.1, 3.5, 1.4, 0.2]]}
 GIT = shutil.which("git")
-AZURITE_VERSION = "3.35.0"
 AZURITE_ACCOUNT = "devstoreaccount1"  # Azurite's documented development account and key (public)
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -616,18 +612,8 @@ def test_download_files_takes_kserve_arguments_and_merges_shared_folders(web, cl
         Storage.download_files([str(local), str(local)], [shared])
 
 
-def _swapped_iris_model() -> bytes:
-    """The sample's iris model with setosa and virginica swapped: a server that loaded it answers 2 for setosa."""
-    import joblib
-    model = joblib.load(IRIS_MODEL)
-    model.classes_ = model.classes_[::-1].copy()
-    buf = io.BytesIO()
-    joblib.dump(model, buf, compress=3)
-    return buf.getvalue()
-
-
 def test_server_starts_on_several_uris_and_logs_the_slow_one(start_server, web, trickle, git_web, tmp_path):
-    LATER[f"iris/{ARTEFACT}"] = _swapped_iris_model()
+    LATER[f"iris/{ARTEFACT}"] = swapped_iris_model()
     cache = tmp_path / "cache"
     server = start_server(SAMPLE, "--model_name", "iris", env={
         "STORAGE_URIS": json.dumps([
@@ -869,27 +855,6 @@ def test_s3_read_timeout(clean_env, tmp_path):
 
 
 # --- Azure Blob: Azurite ----------------------------------------------------------------------------------------------
-def azurite_binary() -> str:
-    """azurite-blob from the npm registry, installed once into the tests' cache folder ("" without Node.js)."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        return ""
-    cache = os.environ.get("KSERVE_SDK_TEST_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                                       "kserve-sdk-test")
-    prefix = os.path.join(cache, f"azurite-{AZURITE_VERSION}")
-    binary = os.path.join(prefix, "node_modules", ".bin", "azurite-blob")
-    if not os.path.exists(binary):
-        os.makedirs(cache, exist_ok=True)
-        partial_install = tempfile.mkdtemp(prefix=f".azurite-{AZURITE_VERSION}-", dir=cache)
-        try:
-            subprocess.run([npm, "install", "--prefix", partial_install, "--no-audit", "--no-fund", "--loglevel=error",
-                            f"azurite@{AZURITE_VERSION}"], check=True, timeout=600, stdout=subprocess.DEVNULL)
-            os.rename(partial_install, prefix)
-        finally:
-            shutil.rmtree(partial_install, ignore_errors=True)
-    return binary
-
-
 @pytest.fixture(scope="module")
 def azurite(tmp_path_factory):
     binary = azurite_binary()
