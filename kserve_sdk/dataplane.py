@@ -13,7 +13,7 @@ from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Dict
 
 import numpy as np
 
-from . import metrics, tracing
+from . import context, metrics, tracing
 from .errors import (
     InferenceError,
     InvalidInput,
@@ -300,7 +300,7 @@ class DataPlane:
         for name in names:
             if not await self._model_registry.is_model_ready(name):
                 return False
-        return True
+        return await _predictor_ready(context.get_predictor_config(), None)
 
     def list_models(self) -> List[str]:
         """Names of the registered models."""
@@ -380,11 +380,11 @@ class DataPlane:
         (unloaded, loading, failed to load) and while it is being unloaded; ModelNotFound for a name it never
         knew, ModelVersionNotFound for a version the model does not serve.
 
-        KServe's second argument is ``disable_predictor_health_check``: a bool given in ``version``'s place
-        (``model_ready(name, True)``, as KServe's routes call it) is read as that. It is accepted for KServe's
-        callers and changes nothing: the answer is the model's own readiness."""
+        With ``--enable_predictor_health_check``, a transformer's model is ready only when its predictor's model
+        of the same name is too, unless ``disable_predictor_health_check`` (KServe's second argument: a bool
+        given in ``version``'s place, ``model_ready(name, True)``, as KServe's routes call it, is read as that)."""
         if isinstance(version, bool):
-            version = None
+            version, disable_predictor_health_check = None, version
         if self._model_registry.state_of(model_name) is not None:
             return False
         if self._repository_of(model_name) is not None:
@@ -393,8 +393,16 @@ class DataPlane:
             except (ModelUnavailable, ModelNotReady):
                 return False
             return True
-        self.get_model_from_registry(model_name, version)
-        return model_name not in self._unloading and await self._model_registry.is_model_ready(model_name)
+        model = self.get_model_from_registry(model_name, version)
+        if model_name in self._unloading or not await self._model_registry.is_model_ready(model_name):
+            return False
+        return disable_predictor_health_check is True or await self.predictor_ready(model, model_name)
+
+    @staticmethod
+    async def predictor_ready(model: Any, model_name: str) -> bool:
+        """True unless ``model`` is a transformer started with ``--enable_predictor_health_check`` whose
+        predictor's model ``model_name`` is not ready."""
+        return await _predictor_ready(getattr(model, "predictor_config", None), model_name)
 
     async def ready_model(self, name: str, version: Optional[str] = None, load: bool = True) -> InferenceModel:
         """The named model if it can serve (``version`` too, when given): ModelNotFound (ModelUnavailable,
@@ -899,3 +907,13 @@ class DataPlane:
     def shared_memory_status(self, name: str = "") -> List[Dict[str, Any]]:
         """The registered regions (only ``name`` when given): name, key, offset, byte_size."""
         return self.shared_memory.status(name)
+
+
+async def _predictor_ready(config: Any, model_name: Optional[str]) -> bool:
+    """True unless ``config`` asks for the predictor's health (``--enable_predictor_health_check`` on a
+    transformer) and the predictor (its model ``model_name``, or the server when None) is not ready."""
+    if config is None or not config.predictor_health_check or not config.predictor_host:
+        return True
+    from .clients.forward import predictor_ready  # a transformer's clients load only when it asks
+
+    return await predictor_ready(config, model_name)

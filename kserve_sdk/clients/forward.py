@@ -6,6 +6,7 @@ predictor share one trace.
 """
 from typing import Any, Dict, Optional
 
+from ..logging import logger
 from ..predictor_config import PredictorConfig
 from ..tracing import forwarding
 from .mismatch import ProtocolMismatch
@@ -54,3 +55,24 @@ async def forward_explain(model: Any, payload: Any, headers: Dict[str, str]) -> 
     client = rest_client("v1", 600, 0)
     with forwarding(headers, model.name, model.explainer_host, "v1"):
         return await client.explain(f"http://{model.explainer_host}", model.name, payload, headers=headers)
+
+
+async def predictor_ready(config: PredictorConfig, model_name: Optional[str] = None) -> bool:
+    """Whether the predictor in ``config`` is ready (``--enable_predictor_health_check``, as KServe asks it):
+    its model ``model_name``, or the predictor server itself when None (a v1 predictor has no readiness
+    route: its liveness stands for it). A predictor that cannot be reached, or answers an error, is not ready."""
+    try:
+        if config.predictor_protocol == "grpc-v2":
+            client = grpc_client(config.predictor_host, config.predictor_use_ssl,
+                                 config.predictor_request_timeout_seconds, config.predictor_request_retries)
+            return bool(await (client.is_server_ready() if model_name is None else client.is_model_ready(model_name)))
+        client = rest_client(config.predictor_protocol, config.predictor_request_timeout_seconds, 0)
+        base = config.predictor_base_url
+        if model_name is not None:
+            return bool(await client.is_model_ready(base, model_name))
+        if config.predictor_protocol == "v1":
+            return bool(await client.is_server_live(base))
+        return bool(await client.is_server_ready(base))
+    except Exception as e:  # every client error means the same here: the predictor is not ready
+        logger.debug("the predictor %s is not ready: %s", config.predictor_host, e)
+        return False

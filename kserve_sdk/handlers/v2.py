@@ -3,7 +3,7 @@ model repository. (Triton's other extensions are kserve_sdk/triton/api.py; the s
 from functools import partial
 from typing import Any, Dict, Optional
 
-from ..errors import InvalidInput, ServerNotReady
+from ..errors import InvalidInput, ModelNotReady, ServerNotReady
 from ..protocol.rest.json_body import json_object
 from ..protocol.rest_codec import loads_json
 from .api import MODEL, VERSION, RestAPI
@@ -67,7 +67,9 @@ class ModelReadyHandler(BaseHandler):
     endpoint = "model_ready"
 
     async def get(self, name: str, version: Optional[str] = None) -> None:
-        await self.dataplane.ready_model(name, version, load=False)
+        model = await self.dataplane.ready_model(name, version, load=False)
+        if not await self.dataplane.predictor_ready(model, name):  # --enable_predictor_health_check
+            raise ModelNotReady(name)
         self.send_json({"name": name, "ready": True})
 
 
