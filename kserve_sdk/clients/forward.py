@@ -17,12 +17,13 @@ async def forward_predict(model: Any, config: PredictorConfig, payload: Any, hea
                           response_headers: Optional[Dict[str, str]]) -> Any:
     """Send ``payload`` to the predictor in ``config`` and return its answer. A predictor that speaks another
     protocol than ``--predictor_protocol`` is told as such (502), naming both and what came back."""
-    with forwarding(headers, model.name, config.predictor_host, config.predictor_protocol):
+    host = config.predictor_host or ""  # Model.predict forwards only when there is one
+    with forwarding(headers, model.name, host, config.predictor_protocol):
         try:
             if config.predictor_protocol == "grpc-v2":
                 from .grpc import request_message  # grpc loads only for a predictor that speaks it
 
-                client = grpc_client(config.predictor_host, config.predictor_use_ssl,
+                client = grpc_client(host, config.predictor_use_ssl,
                                      config.predictor_request_timeout_seconds, config.predictor_request_retries)
                 return await client.infer(request_message(payload, model.name), headers=headers)
             client = rest_client(config.predictor_protocol, config.predictor_request_timeout_seconds,
@@ -63,7 +64,7 @@ async def predictor_ready(config: PredictorConfig, model_name: Optional[str] = N
     route: its liveness stands for it). A predictor that cannot be reached, or answers an error, is not ready."""
     try:
         if config.predictor_protocol == "grpc-v2":
-            client = grpc_client(config.predictor_host, config.predictor_use_ssl,
+            client = grpc_client(config.predictor_host or "", config.predictor_use_ssl,
                                  config.predictor_request_timeout_seconds, config.predictor_request_retries)
             return bool(await (client.is_server_ready() if model_name is None else client.is_model_ready(model_name)))
         client = rest_client(config.predictor_protocol, config.predictor_request_timeout_seconds, 0)

@@ -11,6 +11,7 @@ downloaded at once (default KSERVE_SDK_STORAGE_CONCURRENCY, 8) and a large blob 
 parallel ranges (default 4).
 """
 import os
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from . import settings
@@ -42,8 +43,8 @@ def service(uri: str):
     connection_string = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
     if connection_string:
         return blob.BlobServiceClient.from_connection_string(connection_string, **options)
-    account = parsed.hostname.split(".", 1)[0]
-    credential = parsed.query or None
+    account = (parsed.hostname or "").split(".", 1)[0]
+    credential: Any = parsed.query or None
     if credential is None and os.environ.get("AZURE_STORAGE_ACCESS_KEY"):
         credential = {"account_name": account, "account_key": os.environ["AZURE_STORAGE_ACCESS_KEY"]}
     if credential is None:

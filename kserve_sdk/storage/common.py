@@ -175,11 +175,13 @@ def download_all(files: List[Tuple[str, str, int]], dest: str, fetch_one: Callab
         futures = [pool.submit(one, *f) for f in files]
         wait(futures, return_when=FIRST_EXCEPTION)
         for future in futures:
-            if future.done() and future.exception() is not None:
-                error = future.exception()
-                if isinstance(error, StorageError):
-                    raise error
+            error = future.exception() if future.done() else None
+            if isinstance(error, StorageError):
+                raise error
+            if isinstance(error, Exception):
                 raise StorageError(describe(error)) from error
+            if error is not None:  # KeyboardInterrupt and the like: as they are
+                raise error
     except Exception:
         pool.shutdown(wait=True, cancel_futures=True)  # nothing writes into dest once this returns
         raise

@@ -20,10 +20,12 @@ def _real_kserve_beside_us() -> str:
     (or lists files in this package's folder), else ``""``."""
     site_folder = os.path.dirname(_HERE)
     for dist in metadata.distributions(name="kserve"):
-        if os.path.realpath(dist.locate_file("")) == site_folder:
+        if os.path.realpath(str(dist.locate_file(""))) == site_folder:
             return f"kserve {dist.version}"
         for file in dist.files or ():
-            if file.parts[:1] == ("kserve",) and os.path.dirname(os.path.realpath(dist.locate_file(file))) == _HERE:
+            if file.parts[:1] != ("kserve",):
+                continue
+            if os.path.dirname(os.path.realpath(str(dist.locate_file(file)))) == _HERE:
                 return f"kserve {dist.version}"
     return ""
 
