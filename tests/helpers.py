@@ -783,6 +783,31 @@ def azurite_binary() -> str:
     return binary
 
 
+def listens(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:``port``."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def started_together(servers: Dict[str, "Server"]) -> Iterator[Dict[str, "Server"]]:
+    """Start every server of ``servers`` at once, wait until each is ready (see :func:`wait_ready_restarting`),
+    and stop them all (their logs removed) when the block ends."""
+    started: Dict[str, Server] = {}
+    try:
+        for name, server in servers.items():
+            started[name] = server.start(wait_ready=False)
+        for server in started.values():
+            wait_ready_restarting(server)
+        yield started
+    finally:
+        for server in started.values():
+            server.stop()
+            os.unlink(server.log_file.name)
+
 def wait_ready_restarting(server: "Server", timeout: float = 120.0, restarts: int = 2) -> None:
     """Until ``server`` (started with ``wait_ready=False``) is ready; one that lost its free port to another
     process before it bound it is started again, at most ``restarts`` times."""

@@ -27,9 +27,9 @@ from helpers import (
     free_port,
     http_get,
     post_json,
+    started_together,
     triton_error,
     triton_input,
-    wait_ready_restarting,
 )
 from samples.runtimes.train import iris, save_lightgbm, save_onnx, save_sklearn, save_xgboost
 
@@ -147,19 +147,10 @@ def servers(trained, files, tmp_path_factory) -> Dict[str, Server]:
         "onnx": ("onnx", ["--model_dir", trained["onnx"]], {}),
         "onnx-two-inputs": ("onnx", ["--model_dir", trained["onnx-two-inputs"]], {}),
     }
-    started = {}
-    try:
-        for name, (runtime, args, env) in plans.items():
-            server = Server(LAUNCHER, ["--model_name", name, *args],
-                            env={"RUN_MODULE": f"kserve_sdk.runtimes.{runtime}", **env})
-            started[name] = server.start(wait_ready=False)
-        for server in started.values():
-            wait_ready_restarting(server)
+    with started_together({name: Server(LAUNCHER, ["--model_name", name, *args],
+                                        env={"RUN_MODULE": f"kserve_sdk.runtimes.{runtime}", **env})
+                            for name, (runtime, args, env) in plans.items()}) as started:
         yield started
-    finally:
-        for server in started.values():
-            server.stop()
-            os.unlink(server.log_file.name)
 
 
 # --- clients -------------------------------------------------------------------------------------------------

@@ -26,8 +26,8 @@ from helpers import (
     free_port,
     http_get,
     post_json,
+    started_together,
     triton_input,
-    wait_ready_restarting,
 )
 from samples.runtimes.train import iris, save_lightgbm, save_onnx, save_sklearn, save_xgboost
 
@@ -92,19 +92,10 @@ def servers(trained, tmp_path_factory) -> Dict[str, Server]:
         "lightgbm": (["--framework=lightgbm"], trained["lightgbm"], {}),
         "onnx": (["--framework", "onnx"], trained["onnx"], {}),
     }
-    started = {}
-    try:
-        for name, (flags, folder, env) in plans.items():
-            server = Server(MODULE, ["--model_name", name, "--model_dir", folder, *flags], env=env,
-                            python_args=["-m"])
-            started[name] = server.start(wait_ready=False)
-        for server in started.values():
-            wait_ready_restarting(server)
+    with started_together({name: Server(MODULE, ["--model_name", name, "--model_dir", folder, *flags], env=env,
+                                        python_args=["-m"])
+                            for name, (flags, folder, env) in plans.items()}) as started:
         yield started
-    finally:
-        for server in started.values():
-            server.stop()
-            os.unlink(server.log_file.name)
 
 
 def v2_infer(server: Server, model: str, name: str, array: np.ndarray, protocol: str) -> Dict[str, np.ndarray]:

@@ -31,7 +31,16 @@ from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 from tornado.web import Application, RequestHandler
 
-from helpers import ROOT, azurite_binary, eventually, free_port, post_json, stop_process_group, swapped_iris_model
+from helpers import (
+    ROOT,
+    azurite_binary,
+    eventually,
+    free_port,
+    listens,
+    post_json,
+    stop_process_group,
+    swapped_iris_model,
+)
 from kserve_sdk.storage import Storage, StorageError, resolve_model_dir
 from samples.custom_model.model import ARTEFACT
 
@@ -110,15 +119,6 @@ OBJECTS = {  # what each object store holds, by key
 
 
 # --- processes ---------------------------------------------------------------------------------------------
-def _listens(port: int) -> bool:
-    import socket
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
 class Proc:
     """A helper server process in its own session, stopped by PID."""
 
@@ -130,10 +130,10 @@ class Proc:
 
     def wait_port(self, port: int, timeout: float = 60.0) -> None:
         try:
-            eventually(lambda: self.proc.poll() is not None or _listens(port), timeout)
+            eventually(lambda: self.proc.poll() is not None or listens(port), timeout)
         except AssertionError:
             pass
-        if self.proc.poll() is None and _listens(port):
+        if self.proc.poll() is None and listens(port):
             return
         self.stop()
         with open(self.log.name, errors="replace") as f:

@@ -30,7 +30,16 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from certs import ThrowawayCA
-from helpers import ROOT, azurite_binary, eventually, free_port, post_json, stop_process_group, swapped_iris_model
+from helpers import (
+    ROOT,
+    azurite_binary,
+    eventually,
+    free_port,
+    listens,
+    post_json,
+    stop_process_group,
+    swapped_iris_model,
+)
 from kserve_sdk.storage import Storage, StorageError, resolve_model_dir
 from samples.custom_model.model import ARTEFACT
 
@@ -635,14 +644,6 @@ def test_server_starts_on_several_uris_and_logs_the_slow_one(start_server, web, 
 S3_OBJECTS = {"m/config.json": b'{"from": "s3"}', "m/weights.bin": rng.randbytes(20_000), "m/sub/extra.md": b"# x\n"}
 
 
-def _listens(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def moto(tmp_path_factory):
     """moto_server with bucket "models" holding S3_OBJECTS; after set-up IAM decides: "admin" may do anything,
@@ -654,7 +655,7 @@ def moto(tmp_path_factory):
         proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        eventually(lambda: proc.poll() is not None or _listens(port), 60, message=lambda: log.read_text())
+        eventually(lambda: proc.poll() is not None or listens(port), 60, message=lambda: log.read_text())
         assert proc.poll() is None, log.read_text()
         endpoint = f"http://127.0.0.1:{port}"
         common = {"endpoint_url": endpoint, "region_name": "us-east-1", "aws_access_key_id": "setup",
@@ -868,7 +869,7 @@ def azurite(tmp_path_factory):
                                  "--disableTelemetry", "--silent", "--skipApiVersionCheck", "--loose"],
                                 cwd=str(folder), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        eventually(lambda: proc.poll() is not None or _listens(port), 60)
+        eventually(lambda: proc.poll() is not None or listens(port), 60)
         assert proc.poll() is None, (folder / "azurite.log").read_text()
         from azure.storage.blob import BlobServiceClient
         connection = (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
