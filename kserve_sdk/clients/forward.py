@@ -13,6 +13,12 @@ from .mismatch import ProtocolMismatch
 from .pool import grpc_client, rest_client
 
 
+def _predictor_grpc_client(config: PredictorConfig) -> Any:
+    """The pooled gRPC client of the predictor in ``config``."""
+    return grpc_client(config.predictor_host or "", config.predictor_use_ssl,
+                       config.predictor_request_timeout_seconds, config.predictor_request_retries)
+
+
 async def forward_predict(model: Any, config: PredictorConfig, payload: Any, headers: Dict[str, str],
                           response_headers: Optional[Dict[str, str]]) -> Any:
     """Send ``payload`` to the predictor in ``config`` and return its answer. A predictor that speaks another
@@ -23,8 +29,7 @@ async def forward_predict(model: Any, config: PredictorConfig, payload: Any, hea
             if config.predictor_protocol == "grpc-v2":
                 from .grpc import request_message  # grpc loads only for a predictor that speaks it
 
-                client = grpc_client(host, config.predictor_use_ssl,
-                                     config.predictor_request_timeout_seconds, config.predictor_request_retries)
+                client = _predictor_grpc_client(config)
                 return await client.infer(request_message(payload, model.name), headers=headers)
             client = rest_client(config.predictor_protocol, config.predictor_request_timeout_seconds,
                                  config.predictor_request_retries)
@@ -64,8 +69,7 @@ async def predictor_ready(config: PredictorConfig, model_name: Optional[str] = N
     route: its liveness stands for it). A predictor that cannot be reached, or answers an error, is not ready."""
     try:
         if config.predictor_protocol == "grpc-v2":
-            client = grpc_client(config.predictor_host or "", config.predictor_use_ssl,
-                                 config.predictor_request_timeout_seconds, config.predictor_request_retries)
+            client = _predictor_grpc_client(config)
             return bool(await (client.is_server_ready() if model_name is None else client.is_model_ready(model_name)))
         client = rest_client(config.predictor_protocol, config.predictor_request_timeout_seconds, 0)
         base = config.predictor_base_url
