@@ -15,6 +15,7 @@ a unary call's whole run and a stream's wait for its first answer: a stream that
 it then goes on. :class:`CountedStream` is a model's stream of answers inside one model call.
 """
 import asyncio
+import functools
 import inspect
 from time import perf_counter_ns
 from typing import (
@@ -103,12 +104,13 @@ class ModelCall:
     def _end(self) -> int:
         if self._holding:
             self._holding = False
-            leave = self.ticket.queue.leave  # type: ignore[union-attr]  # holding: it had a ticket
+            ticket = self.ticket
+            assert ticket is not None  # holding: it had a ticket
             threads = self._threads
             if threads is not None and threads.running:  # cut short: the slot is free once its stages end
-                threads.on_idle = leave
+                threads.on_idle = functools.partial(ticket.queue.leave, ticket.level)
             else:
-                leave()
+                ticket.queue.leave(ticket.level)
         self._dataplane.end_request(self.model_name)
         return perf_counter_ns() - self._start
 

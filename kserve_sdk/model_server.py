@@ -56,7 +56,7 @@ from .server.tls import CertificatePair, TLSError
 from .storage import StorageError, downloads_at_start, resolve_model_dir
 from .timeseries import api as timeseries_api
 from .triton import api as triton_api
-from .utils.utils import cpu_count, non_negative_int, strtobool
+from .utils.utils import cpu_count, non_negative_float, non_negative_int, strtobool
 
 parser = ExactOneDashParser(add_help=False, allow_abbrev=False,
                             formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -169,6 +169,9 @@ _flag("job_callback_hosts", default="", type=str,
       help="Comma-separated host or host:port a job's callback_url may name (default: none, no callbacks).")
 _flag("job_concurrency", default=4, type=int,
       help="Jobs one worker runs at once (they wait below every synchronous call in their model's queue).")
+_flag("job_yield_ms", default=5.0, type=non_negative_float,
+      help="After a synchronous call of a model with a queue (an instance_count) ends, its free instance waits this "
+           "long for the next synchronous call before a job may take it (0: a job takes it at once).")
 _flag("allow_client_shm", default=False, type=strtobool,
       help="Let clients register system shared-memory regions (/v2/systemsharedmemory) and pass tensors "
            "through them. Off by default: a client could read and write this host's shared memory.")
@@ -349,6 +352,7 @@ class ModelServer:
             args.enable_predictor_health_check))
         self.dataplane = DataPlane(self.registered_models, enable_latency_logging, args.max_concurrent_requests,
                                    args.request_timeout_seconds, args.allow_client_shm, scheduling_defaults(args))
+        self.dataplane.scheduler.background_yield = args.job_yield_ms / 1000.0
         self.dataplane.shared_memory.max_regions = args.max_shm_regions
         self.dataplane.shared_memory.zero_copy = args.shm_zero_copy
         #: Durable jobs (the ``--jobs_store`` and ``--job_*`` flags); ``store_url`` None turns them off.

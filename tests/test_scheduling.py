@@ -387,6 +387,8 @@ BAD_STARTS = [
      "default_priority_level 5 is above priority_levels 2"),
     ({}, ["--timeout_action", "sometimes"], "--timeout_action"),
     ({}, ["--max_queue_size", "-1"], "--max_queue_size"),
+    ({}, ["--job_yield_ms", "-5"], "argument --job_yield_ms/-job_yield_ms: expected a number 0 or more, got -5"),
+    ({}, ["--job_yield_ms", "soon"], "argument --job_yield_ms/-job_yield_ms: expected a number, got 'soon'"),
     ({}, ["--priority_levels", "2", "--default_priority_level", "3"],
      "default_priority_level 3 is above priority_levels 2"),
 ]

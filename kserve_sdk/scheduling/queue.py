@@ -6,6 +6,11 @@ of the highest level (arrival order within a level). A waiting call whose timeou
 ones of their level that have not timed out, before lower levels). A call whose client leaves is dropped
 where it stands. Entries leave a level lazily: a dropped or moved call stays in its deque, marked, and is
 skipped when reached, so nothing is searched for.
+
+Background work (durable jobs) waits below every level. With a ``background_yield`` (``--job_yield_ms``), a slot
+that a foreground call frees is first kept that long for the next foreground call: a client that sends its next
+call as soon as it has its answer finds the slot free, instead of behind a job that took it in between. A job
+takes the slot when the time passes with no foreground call.
 """
 import asyncio
 from collections import deque
@@ -40,7 +45,7 @@ class ModelQueue:
     """The slots of one model (``instance_count`` of them, times its batch size when it batches) and the
     calls waiting for one, under the model's merged :class:`SchedulingPolicy`."""
 
-    def __init__(self, model_name: str, policy: SchedulingPolicy, slots: int):
+    def __init__(self, model_name: str, policy: SchedulingPolicy, slots: int, background_yield: float = 0.0):
         self.model_name, self.policy = model_name, policy
         self.free = slots if slots > 0 else -1  # -1: no limit on calls at once (a queue for timeouts only)
         self.slots = slots
@@ -50,8 +55,13 @@ class ModelQueue:
         self._levels: List[Deque[_Entry]] = [deque() for _ in range(levels + 1)]
         self._delayed: List[Deque[_Entry]] = [deque() for _ in range(levels + 1)]
         self.waiting = 0
+        self.waiting_background = 0
         self._closed: Optional[BaseException] = None
         self._delay = policy.timeout_action == "DELAY"
+        #: Seconds a slot freed by a foreground call is kept from background work (0: none; no slot limit: none).
+        self.background_yield = background_yield if slots > 0 else 0.0
+        self._yield_until = 0.0  # loop time until which a free slot is kept from background work
+        self._yield_timer: Optional[asyncio.TimerHandle] = None
 
     async def enter(self, level: int, timeout: Optional[float], deadline: Optional["Deadline"] = None) -> float:
         """Take a slot, waiting for it at ``level`` (0 is the highest) for up to ``timeout`` seconds (then
@@ -60,14 +70,21 @@ class ModelQueue:
         Cancelled while waiting, the call leaves the queue and takes no slot."""
         if self._closed is not None:
             raise self._closed
-        if self.free and not self.waiting:
-            if self.free > 0:
-                self.free -= 1
-            return 0.0
+        if self.free and self.waiting == self.waiting_background:
+            if level != self.background:  # background waiters here are kept out by a yield: go first
+                if self.free > 0:
+                    self.free -= 1
+                return 0.0
+            if not self.waiting and not self._yielding():
+                if self.free > 0:
+                    self.free -= 1
+                return 0.0
         most = self.policy.max_queue_size
         if most and self.waiting >= most:
             metrics.queue_rejected(self.model_name, "queue_full")
             raise QueueFull(self.model_name, most)
+        if self.free and level == self.background:  # a free slot kept from it: it is handed on after the yield
+            self._after_yield()
         return await self._wait(level, timeout, deadline)
 
     async def _wait(self, level: int, timeout: Optional[float], deadline: Optional["Deadline"]) -> float:
@@ -90,7 +107,7 @@ class ModelQueue:
             await waiter.future
         except asyncio.CancelledError:
             if waiter.future.done() and not waiter.future.cancelled() and waiter.future.exception() is None:
-                self.leave()  # given a slot in the same turn the client left: hand it on
+                self.leave(level)  # given a slot in the same turn the client left: hand it on
             elif not waiter.done:
                 self._drop(waiter)
                 metrics.queue_rejected(self.model_name, "cancelled")
@@ -102,11 +119,20 @@ class ModelQueue:
         metrics.queue_waited(self.model_name, waited)
         return waited
 
-    def leave(self) -> None:
-        """A call that held a slot has ended: the slot goes to the next waiting call, or is free. A call too
-        near its rejection to reach its model in time is rejected instead (:data:`START_GUARD_S`)."""
+    def leave(self, level: int = 0) -> None:
+        """A call (of ``level``) that held a slot has ended: the slot goes to the next waiting call, or is free.
+        A call too near its rejection to reach its model in time is rejected instead (:data:`START_GUARD_S`).
+        A foreground call's slot is kept from background work for :attr:`background_yield`."""
+        if self.background_yield and level != self.background:
+            self._yield_until = asyncio.get_running_loop().time() + self.background_yield
+        self._hand_on()
+
+    def _hand_on(self) -> None:
         guard = None
         for level in range(len(self._levels)):
+            if level == self.background and self.waiting_background and self._yielding():
+                self._after_yield()
+                break
             for queue in (self._levels[level], self._delayed[level]):
                 while queue:
                     waiter, position = queue.popleft()
@@ -123,9 +149,30 @@ class ModelQueue:
         if self.free >= 0:
             self.free += 1
 
+    def _yielding(self) -> bool:
+        return bool(self._yield_until) and asyncio.get_running_loop().time() < self._yield_until
+
+    def _after_yield(self) -> None:
+        """Hand a free slot to background work once the yield has passed (a timer; set once)."""
+        if self._yield_timer is None:
+            self._yield_timer = asyncio.get_running_loop().call_at(self._yield_until, self._yield_ended)
+
+    def _yield_ended(self) -> None:
+        self._yield_timer = None
+        if self._closed is not None or not self.waiting_background:
+            return
+        if self._yielding():  # a foreground call took the slot and left meanwhile: its own yield runs on
+            self._after_yield()
+        elif self.free > 0 and self.waiting == self.waiting_background:
+            self.free -= 1
+            self._hand_on()
+
     def close(self, error: BaseException) -> None:
         """The model is gone: every waiting call, and every later one, fails with ``error``."""
         self._closed = error
+        if self._yield_timer is not None:
+            self._yield_timer.cancel()
+            self._yield_timer = None
         for queues in (self._levels, self._delayed):
             for queue in queues:
                 while queue:
@@ -156,4 +203,6 @@ class ModelQueue:
 
     def _counted(self, level: int, change: int) -> None:
         self.waiting += change
+        if level == self.background:
+            self.waiting_background += change
         metrics.queue_size(self.model_name, "background" if level == self.background else str(level + 1), change)

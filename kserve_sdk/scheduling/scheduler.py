@@ -36,6 +36,9 @@ class Scheduler:
     def __init__(self, defaults: Optional[SchedulingPolicy] = None, request_timeout_seconds: Optional[float] = None):
         self.defaults = defaults or SchedulingPolicy()
         self.request_timeout_seconds = request_timeout_seconds or None
+        #: Seconds a slot freed by a foreground call is kept from background work (``--job_yield_ms``), for
+        #: the queues made from now on.
+        self.background_yield = 0.0
         self._plans: Dict[str, _Plan] = {}
 
     def policy_of(self, model_name: str, model: Any) -> SchedulingPolicy:
@@ -89,6 +92,6 @@ class Scheduler:
         queue = None
         if policy.instance_count:
             batch = getattr(model, "max_batch_size", None) or 1
-            queue = ModelQueue(model_name, policy, policy.instance_count * max(int(batch), 1))
+            queue = ModelQueue(model_name, policy, policy.instance_count * max(int(batch), 1), self.background_yield)
         plan = self._plans[model_name] = _Plan(model, policy, queue)
         return plan

@@ -23,6 +23,17 @@ def generate_uuid() -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+def non_negative_float(text: str) -> float:
+    """A flag's value that must be a finite number, 0 or more (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number 0 or more, got {text}")
+    return value
+
+
 def non_negative_int(text: str) -> int:
     """A flag's value that must be a whole number, 0 or more (argparse type)."""
     try:

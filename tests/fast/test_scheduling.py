@@ -47,7 +47,7 @@ class Calls:
         try:
             await self._done[name].wait()
         finally:
-            self.queue.leave()
+            self.queue.leave(level)
         return waited
 
     async def finish(self, name: str) -> None:
@@ -109,6 +109,81 @@ def test_background_work_waits_below_every_priority_and_runs_only_when_no_call_w
         return await calls.finish_all()
 
     assert _run(scenario) == ["running", "high", "low", "job1", "job2"]
+
+
+def _yielding_queue(yield_s: float) -> ModelQueue:
+    return ModelQueue("m", SchedulingPolicy(priority_levels=2).over(SchedulingPolicy()), 1, background_yield=yield_s)
+
+
+def test_a_slot_freed_by_a_call_is_kept_from_background_work_for_the_next_call_during_the_yield():
+    async def scenario():
+        queue = _yielding_queue(0.2)
+        calls = Calls(queue)
+        calls.start("first", level=1)
+        await _settle()
+        calls.start("job", queue.background)
+        await _settle()
+        await calls.finish("first")
+        assert calls.ran == ["first"] and queue.free == 1 and queue.waiting_background == 1  # kept free
+        calls.start("next", level=1)  # the client's next call, a moment later: it finds the slot free
+        await _settle()
+        assert calls.ran == ["first", "next"]
+        began = time.monotonic()
+        await calls.finish("next")
+        while "job" not in calls.ran and time.monotonic() - began < 2:
+            await asyncio.sleep(0.01)
+        return calls.ran, time.monotonic() - began, calls
+
+    ran, after, calls = _run(scenario)
+    assert ran == ["first", "next", "job"] and calls.tasks["next"].result() == 0.0  # it never waited
+    assert 0.19 <= after < 1.5, f"the job took the slot {after:.3f} s after the last call ended, not after its yield"
+
+
+def test_background_work_takes_a_free_slot_at_once_when_no_call_has_ended_within_the_yield():
+    async def scenario():
+        queue = _yielding_queue(5.0)
+        calls = Calls(queue)
+        calls.start("job", queue.background)
+        await _settle()
+        assert calls.ran == ["job"]
+        await calls.finish("job")  # a job's end starts no yield: the next job goes at once
+        calls.start("job2", queue.background)
+        await _settle()
+        return calls.ran
+
+    assert _run(scenario) == ["job", "job2"]
+
+
+def test_a_call_waiting_at_a_priority_is_handed_the_slot_at_once_whatever_the_yield():
+    async def scenario():
+        queue = _yielding_queue(5.0)
+        calls = Calls(queue)
+        calls.start("first", level=1)
+        await _settle()
+        calls.start("job", queue.background), calls.start("second", level=1)
+        await _settle()
+        await calls.finish("first")
+        return calls.ran
+
+    assert _run(scenario) == ["first", "second"]
+
+
+def test_closing_a_queue_during_a_yield_fails_the_background_work_still_waiting():
+    async def scenario():
+        queue = _yielding_queue(5.0)
+        calls = Calls(queue)
+        calls.start("first", level=1)
+        await _settle()
+        job = calls.start("job", queue.background)
+        await _settle()
+        await calls.finish("first")
+        queue.close(ModelNotReady("m", "It is being unloaded."))
+        await _settle()
+        with pytest.raises(ModelNotReady):
+            await job
+        assert queue._yield_timer is None and queue.waiting == 0
+
+    _run(scenario)
 
 
 def test_a_call_of_background_work_asks_for_the_background_level_whatever_its_priority():
