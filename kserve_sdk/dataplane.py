@@ -527,7 +527,9 @@ class DataPlane:
                 self.shared_memory.read_inputs(request)
             model_call = self.model_call(model_name, call, headers, model, request.parameters if v2 else None)
             answer = self._run_model(model, request, headers, verb, model_call.timings)
-            response, response_headers = await model_call.run(answer)
+            staged = model_call.ticket is not None and _is_pipeline_model(type(model)) \
+                and model.runs_one_thread_stage(verb)  # type: ignore[attr-defined]  # a Model, checked
+            response, response_headers = await model_call.run(answer, staged=staged)
             if v2:
                 response = self._as_v2_response(model_name, request, response)
                 if (shm or repository is not None) and isinstance(response, InferResponse):
@@ -551,7 +553,8 @@ class DataPlane:
             headers = call.headers if call is not None else {}
         if model is None:
             model = self._model_registry.get_model(model_name)
-        ticket, deadline = self.scheduler.admit(self._queue_key(model_name, model), model, parameters, headers)
+        ticket, deadline = self.scheduler.admit(self._queue_key(model_name, model), model, parameters, headers,
+                                                call.started if call is not None else None)
         return ModelCall(self, model_name, timings_of(call), headers, ticket, deadline)
 
     def _version_answering(self, model: Any) -> Optional[str]:
@@ -602,7 +605,7 @@ class DataPlane:
         protocol = call.protocol if call is not None else protocol
         ticket, deadline = self.scheduler.admit(self._queue_key(model_name, model), model,
                                                 request.parameters if isinstance(request, InferRequest) else None,
-                                                headers)
+                                                headers, call.started if call is not None else None)
         repository = self.repository
         if repository is not None:
             repository.begin(model)  # a repository model is not evicted, nor stopped by a reload, mid-stream
@@ -629,7 +632,8 @@ class DataPlane:
 
         items = model.stream_in(remembered(), headers)
         protocol = call.protocol if call is not None else protocol
-        ticket, deadline = self.scheduler.admit(self._queue_key(model_name, model), model, None, headers)
+        ticket, deadline = self.scheduler.admit(self._queue_key(model_name, model), model, None, headers,
+                                                call.started if call is not None else None)
         repository = self.repository
         if repository is not None:
             repository.begin(model)

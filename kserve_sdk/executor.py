@@ -11,7 +11,10 @@ import contextvars
 import queue
 import threading
 import time
-from typing import Any, Callable, Deque, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, Optional, Tuple
+
+if TYPE_CHECKING:
+    from .scheduling.queue import SlotOwner
 
 _executors: "dict[asyncio.AbstractEventLoop, LoopExecutor]" = {}
 _max_workers: Optional[int] = None
@@ -34,17 +37,26 @@ class LoopExecutor:
         """Run ``fn(*args)`` on a pool thread; the returned future resolves on the loop. A call that watches
         its threads (:data:`watched`) counts this one until it has ended, even when the future is cancelled."""
         future = self._loop.create_future()
+        watch = watched.get()
+        if watch is not None:
+            watch.running += 1
+        self._put((future, fn, args, watch, None))
+        return future
+
+    def run_in_slot(self, future: asyncio.Future, job: Callable[[], Any], owner: "SlotOwner") -> None:
+        """Run ``job()`` on a pool thread for a call that holds a model's slot, its result into ``future``;
+        when it ends (or, its future cancelled, is skipped), the thread hands the slot on through ``owner``
+        and runs the next call's job at once when the owner gives one."""
+        self._put((future, job, (), None, owner))
+
+    def _put(self, job: tuple) -> None:
         with self._idle_lock:
             spawn = self._idle == 0 and len(self._threads) < self._max_workers
             if not spawn:
                 self._idle -= 1  # this job will wake an idle thread
-        watch = watched.get()
-        if watch is not None:
-            watch.running += 1
-        self._jobs.put((future, fn, args, watch))
+        self._jobs.put(job)
         if spawn:
             self._start_thread()
-        return future
 
     def _start_thread(self) -> None:
         thread = threading.Thread(target=self._work, name=f"model-{len(self._threads)}", daemon=True)
@@ -52,30 +64,44 @@ class LoopExecutor:
         thread.start()
 
     def _work(self) -> None:
-        # A new thread takes the job that started it; afterwards it counts as idle between jobs.
+        # A new thread takes the job that started it; afterwards it counts as idle between jobs. A job that
+        # holds a model's slot may hand this thread the next call's job of the same model (SlotOwner).
         while True:
-            future, fn, args, watch = self._jobs.get()
-            deliver = not future.cancelled()
-            if deliver:
-                try:
-                    result, ok = fn(*args), True
-                except BaseException as e:  # handed to the awaiting coroutine
-                    result, ok = e, False
-                self._done.append((future, ok, result, watch))
-            elif watch is not None:  # never ran: its watch still hears that it has ended
-                self._done.append((future, False, None, watch))
-                deliver = True
-            if deliver:
-                # Append before looking at the flag; _deliver clears it before draining. Either this
-                # result is drained by a wake-up already scheduled, or this thread schedules one.
-                if not self._wake_pending:
-                    self._wake_pending = True
-                    try:
-                        self._loop.call_soon_threadsafe(self._deliver)
-                    except RuntimeError:  # the loop is closed: nobody is waiting any more
-                        return
+            job: Optional[tuple] = self._jobs.get()
+            while job is not None:
+                future, fn, args, watch, owner = job
+                if not self._run_one(future, fn, args, watch):
+                    return
+                job = None
+                if owner is not None:
+                    after = owner.hand_on_from_thread()
+                    if after is not None:
+                        job = (after[0], after[1], (), None, after[2])
             with self._idle_lock:
                 self._idle += 1
+
+    def _run_one(self, future: asyncio.Future, fn: Callable, args: tuple, watch: Optional["ThreadWatch"]) -> bool:
+        """Run one job and queue its result for the loop; False once the loop is closed."""
+        deliver = not future.cancelled()
+        if deliver:
+            try:
+                result, ok = fn(*args), True
+            except BaseException as e:  # handed to the awaiting coroutine
+                result, ok = e, False
+            self._done.append((future, ok, result, watch))
+        elif watch is not None:  # never ran: its watch still hears that it has ended
+            self._done.append((future, False, None, watch))
+            deliver = True
+        if deliver:
+            # Append before looking at the flag; _deliver clears it before draining. Either this
+            # result is drained by a wake-up already scheduled, or this thread schedules one.
+            if not self._wake_pending:
+                self._wake_pending = True
+                try:
+                    self._loop.call_soon_threadsafe(self._deliver)
+                except RuntimeError:  # the loop is closed: nobody is waiting any more
+                    return False
+        return True
 
     def _deliver(self) -> None:
         self._wake_pending = False
@@ -84,7 +110,7 @@ class LoopExecutor:
             future, ok, result, watch = done.popleft()
             if watch is not None:
                 watch.ended()
-            if future.cancelled():
+            if future.done():  # cancelled, or answered already (a deadline passed while it ran)
                 continue
             if ok:
                 future.set_result(result)
@@ -131,6 +157,11 @@ class ThreadWatch:
 
 #: Set while a call that holds a model's slot runs its stages (kserve_sdk/model_call.py).
 watched: "contextvars.ContextVar[Optional[ThreadWatch]]" = contextvars.ContextVar("kserve_sdk_watched", default=None)
+
+#: Set while a call whose turn is one plain ``def`` stage runs without its model's slot yet: that stage goes to
+#: this function, ``(fn, args) -> future``, which waits for the slot with the job ready (kserve_sdk/model_call.py).
+staging: "contextvars.ContextVar[Optional[Callable[[Callable, tuple], asyncio.Future]]]" = contextvars.ContextVar(
+    "kserve_sdk_staging", default=None)
 
 #: Set while a call has a deadline: a stage running on the loop could not be cancelled at the deadline.
 no_inline: "contextvars.ContextVar[bool]" = contextvars.ContextVar("kserve_sdk_no_inline", default=False)
@@ -196,6 +227,9 @@ def run_stage(fn: Callable, *args: Any) -> Any:
     Returns the result itself when it ran here, or an ``asyncio.Future`` of ``(result, seconds it waited
     for a thread)`` when it went to the pool.
     """
+    stage = staging.get()
+    if stage is not None:
+        return stage(fn, args)
     pace = _pace_of(fn) if _inline_below_s > 0 else None
     if pace is not None and pace.inline and not no_inline.get():
         usage = _thread_usage()
@@ -217,9 +251,17 @@ def _timed(pace: Optional[_Pace], fn: Callable, args: tuple, queued: float) -> T
             pace.pooled_run_took(time.perf_counter() - start)
 
 
+def run_in_slot(future: asyncio.Future, job: Callable[[], Any], owner: "SlotOwner") -> None:
+    """Run a slot holder's ``job()`` on the running loop's model threads (:meth:`LoopExecutor.run_in_slot`)."""
+    _executor_of(asyncio.get_running_loop()).run_in_slot(future, job, owner)
+
+
 def run_sync(fn: Callable, *args: Any) -> asyncio.Future:
     """Run ``fn(*args)`` on the running loop's model threads."""
-    loop = asyncio.get_running_loop()
+    return _executor_of(asyncio.get_running_loop()).run(fn, *args)
+
+
+def _executor_of(loop: asyncio.AbstractEventLoop) -> LoopExecutor:
     executor = _executors.get(loop)
     if executor is None:
         if len(_executors) > 8:  # loops come and go in tests; keep only live ones
@@ -228,4 +270,4 @@ def run_sync(fn: Callable, *args: Any) -> asyncio.Future:
         from .utils.utils import cpu_count
 
         executor = _executors[loop] = LoopExecutor(loop, _max_workers or min(32, cpu_count() + 4))
-    return executor.run(fn, *args)
+    return executor

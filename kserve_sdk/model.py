@@ -281,6 +281,7 @@ class Model(InferenceModel):
             raise InvalidInput(f"model '{self.name}' streams its responses: call /v2/models/{self.name}/infer_stream "
                                "or generate_stream (REST), or ModelStreamInfer (gRPC)")
         batched = verb is not InferenceVerb.EXPLAIN and self.batches(payload)
+        scheduled_before = timings.scheduled_s  # a stage that takes its model's slot waits for it inside
         if verb is InferenceVerb.EXPLAIN:
             result = await call_stage(self.explain, payload, headers, timings=timings)
             stage = "explain_ms"
@@ -293,11 +294,30 @@ class Model(InferenceModel):
         if not batched:  # the batcher counts the executions it makes
             timings.executions += 1
         end = time.perf_counter()
+        waited = timings.scheduled_s - scheduled_before
+        if waited:  # the stage's time is the model's: its wait for the slot comes before it
+            mid += waited
+            if timings.traced:
+                timings.started += waited
         timings[stage] = (end - mid) * 1000
         if self._overrides("postprocess"):
             result = await call_stage(self.postprocess, result, headers, *extra)
         timings["postprocess_ms"] = (time.perf_counter() - end) * 1000
         return result, response_headers
+
+    def runs_one_thread_stage(self, verb: InferenceVerb) -> bool:
+        """Whether the model's only stage of its own in a ``verb`` call is one plain ``def`` (predict or
+        explain, no preprocess, postprocess, validate or batching of its own): with a scheduling policy, that
+        stage waits for the model's slot with its thread job ready, and the slot passes between such calls on
+        the model's thread (kserve_sdk/scheduling/queue.py)."""
+        cls = type(self)
+        if cls.preprocess is not Model.preprocess or cls.postprocess is not Model.postprocess \
+                or cls.validate is not Model.validate:
+            return False
+        if verb is InferenceVerb.EXPLAIN:
+            return stage_kind(self.explain) == "sync"
+        return verb is InferenceVerb.PREDICT and stage_kind(self.predict) == "sync" and not (
+            self.max_batch_size and self.max_batch_size > 1)
 
     def batches(self, payload: Any) -> bool:
         """Whether this call goes through the adaptive batcher (v2 requests, batching on)."""

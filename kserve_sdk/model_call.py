@@ -17,7 +17,7 @@ it then goes on. :class:`CountedStream` is a model's stream of answers inside on
 import asyncio
 import functools
 import inspect
-from time import perf_counter_ns
+from time import perf_counter, perf_counter_ns
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -51,9 +51,11 @@ class Deadline(NamedTuple):
     source: str
 
     @classmethod
-    def after(cls, seconds: float, source: str) -> "Deadline":
-        """The deadline ``seconds`` from now."""
-        return cls(asyncio.get_running_loop().time() + seconds, seconds, source)
+    def after(cls, seconds: float, source: str, since: Optional[float] = None) -> "Deadline":
+        """The deadline ``seconds`` from now, or from ``since`` (a ``time.perf_counter()`` in the past: when the
+        call arrived)."""
+        elapsed = 0.0 if since is None else max(perf_counter() - since, 0.0)
+        return cls(asyncio.get_running_loop().time() + seconds - elapsed, seconds, source)
 
 
 class ModelCall:
@@ -77,7 +79,7 @@ class ModelCall:
         ticket = self.ticket
         if ticket is None or self._holding:
             return
-        waited = await ticket.queue.enter(ticket.level, ticket.timeout, self.deadline)
+        waited = await ticket.queue.enter(ticket.level, ticket.timeout, self.deadline, ticket.since)
         self._holding = True
         if waited:
             self.timings.scheduled_s = waited
@@ -114,18 +116,25 @@ class ModelCall:
         self._dataplane.end_request(self.model_name)
         return perf_counter_ns() - self._start
 
-    async def run(self, answer: Awaitable[T], whole_is_one_execution: bool = False, may_stream: bool = False) -> T:
+    async def run(self, answer: Awaitable[T], whole_is_one_execution: bool = False, may_stream: bool = False,
+                  staged: bool = False) -> T:
         """Wait for the call's turn, await the model's ``answer`` within the call's deadline, then record the
         call either way. With ``may_stream``, an answer that is a stream (``__aiter__``) leaves the call open
-        (holding its slot): the caller hands it to the :class:`CountedStream` of those answers, which ends it."""
-        watching = None
+        (holding its slot): the caller hands it to the :class:`CountedStream` of those answers, which ends it.
+        ``staged``: the answer's one plain ``def`` stage is the whole turn; it waits for the slot itself, with
+        its thread job ready (:meth:`ModelQueue.run_staged`), and its thread hands the slot on."""
+        watching = staging = None
         try:
             if self.ticket is not None:
-                await self._admitted_for(answer)
-                self._threads = executor.ThreadWatch()
-                watching = executor.watched.set(self._threads)
-            deadline = self.deadline
-            result = await answer if deadline is None else await within(answer, deadline, self.model_name)
+                if staged:
+                    staging = executor.staging.set(self._staged)
+                else:
+                    await self._admitted_for(answer)
+                    self._threads = executor.ThreadWatch()
+                    watching = executor.watched.set(self._threads)
+            deadline = self.deadline  # a staged call's queue keeps its deadline, over its wait and its run
+            result = await answer if deadline is None or staging is not None \
+                else await within(answer, deadline, self.model_name)
         except BaseException as e:
             error = self.failed(e, whole_is_one_execution)
             if error is e:
@@ -134,11 +143,20 @@ class ModelCall:
         finally:
             if watching is not None:
                 executor.watched.reset(watching)
+            if staging is not None:
+                executor.staging.reset(staging)
         if not (may_stream and hasattr(result, "__aiter__")):
             self.succeeded(whole_is_one_execution)
             if watching is not None and self.ticket.queue.free == 0:  # type: ignore[union-attr]
                 await asyncio.sleep(0)  # the slot went to a waiting call: let it start before this one answers
         return result
+
+    def _staged(self, fn: Callable[..., Any], args: tuple) -> "asyncio.Future[Any]":
+        ticket = self.ticket
+        assert ticket is not None  # staged only with a ticket
+        executor.staging.set(None)  # this stage takes the slot; any later one runs as usual
+        return ticket.queue.run_staged(ticket.level, ticket.timeout, self.deadline, fn, args, self.timings,
+                                       ticket.since)
 
     async def _admitted_for(self, answer: Awaitable[Any]) -> None:
         try:

@@ -43,7 +43,14 @@ from helpers import (
     value,
 )
 
-BUSY = "model 'bounded' is busy: 2 calls are waiting in its queue, its max_queue_size; retry later."
+BUSY = "model '{}' is busy: 2 calls are waiting in its queue, its max_queue_size; retry later."
+#: Each model of the acceptance tests in two kinds: an ``async def predict`` (its call takes the slot on the event
+#: loop) and a plain ``def`` (the slot passes between calls on the model thread).
+KINDS = ["async", "def"]
+
+
+def _named(model: str, kind: str) -> str:
+    return model if kind == "async" else f"{model}_def"
 WAITED = "waited 50 ms in model '{}''s queue, the call's timeout; it did not run"
 
 
@@ -149,20 +156,21 @@ def _queued(server: Server, pool: ThreadPoolExecutor, model: str, protocol: str,
 
 
 # --- priorities ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("protocol", ["rest", "grpc"])
 def test_a_priority_1_call_runs_and_is_answered_before_every_priority_2_call_that_waited_before_it(
-        server, pool, protocol):
-    base = 100 if protocol == "rest" else 200
-    before = len(_runs(server, "slow"))
-    held = _hold(server, pool, "slow", base, protocol)
-    lows = _queued(server, pool, "slow", protocol, [base + i for i in range(1, 6)], priority=2)
-    high = _queued(server, pool, "slow", protocol, [base + 9], already=5, priority=1)[0]
-    _release(server, "slow")
+        server, pool, protocol, kind):
+    base, slow = 100 if protocol == "rest" else 200, _named("slow", kind)
+    before = len(_runs(server, slow))
+    held = _hold(server, pool, slow, base, protocol)
+    lows = _queued(server, pool, slow, protocol, [base + i for i in range(1, 6)], priority=2)
+    high = _queued(server, pool, slow, protocol, [base + 9], already=5, priority=1)[0]
+    _release(server, slow)
     answers = [f.result(timeout=30) for f in (held, high, *lows)]
     assert [(a.status, a.got) for a in answers] == [("OK", a.tag) for a in answers]
-    assert _runs(server, "slow")[before:] == [base, base + 9, *range(base + 1, base + 6)]
+    assert _runs(server, slow)[before:] == [base, base + 9, *range(base + 1, base + 6)]
     assert answers[1].at < min(a.at for a in answers[2:])
-    assert _waiting(server, "slow") == 0
+    assert _waiting(server, slow) == 0
 
 
 def test_v1_calls_are_ordered_by_the_x_kserve_priority_header(server, pool):
@@ -188,97 +196,107 @@ def test_v1_calls_are_ordered_by_the_x_kserve_priority_header(server, pool):
 
 
 # --- the bounded queue -----------------------------------------------------------------------------------------
-def test_a_call_beyond_max_queue_size_is_refused_at_once_with_503_and_retry_after_or_unavailable(server, pool):
-    held = _hold(server, pool, "bounded", 1)
-    waiting = _queued(server, pool, "bounded", "rest", [2, 3])
-    rejected_before = _rejections(server, "bounded", "queue_full")
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_call_beyond_max_queue_size_is_refused_at_once_with_503_and_retry_after_or_unavailable(server, pool, kind):
+    bounded = _named("bounded", kind)
+    held = _hold(server, pool, bounded, 1)
+    waiting = _queued(server, pool, bounded, "rest", [2, 3])
+    rejected_before = _rejections(server, bounded, "queue_full")
     started = time.monotonic()
-    status, headers, body = post_json_raw(server.http_port, "/v2/models/bounded/infer", _v2_body(4), timeout=10)
+    status, headers, body = post_json_raw(server.http_port, f"/v2/models/{bounded}/infer", _v2_body(4), timeout=10)
     rest_took = time.monotonic() - started
     started = time.monotonic()
-    grpc_answer = _infer(server, "grpc", "bounded", 5)
+    grpc_answer = _infer(server, "grpc", bounded, 5)
     grpc_took = time.monotonic() - started
     assert not held.done()  # both were answered while the running call still ran
-    assert_error_answer(server.http_port, (status, headers, body), 503, BUSY)
+    assert_error_answer(server.http_port, (status, headers, body), 503, BUSY.format(bounded))
     assert headers["retry-after"] == "1"
-    assert (grpc_answer.status, grpc_answer.got) == ("StatusCode.UNAVAILABLE", BUSY)
+    assert (grpc_answer.status, grpc_answer.got) == ("StatusCode.UNAVAILABLE", BUSY.format(bounded))
     assert rest_took < 2 and grpc_took < 2, (rest_took, grpc_took)
-    assert _rejections(server, "bounded", "queue_full") == rejected_before + 2
-    _release(server, "bounded")
+    assert _rejections(server, bounded, "queue_full") == rejected_before + 2
+    _release(server, bounded)
     assert [f.result(timeout=30).status for f in (held, *waiting)] == ["OK"] * 3
-    assert _runs(server, "bounded") == [1, 2, 3]
+    assert _runs(server, bounded) == [1, 2, 3]
 
 
 # --- queue timeouts --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_call_whose_timeout_passes_while_it_waits_is_answered_504_or_deadline_exceeded_and_never_runs(
-        server, pool):
-    before = len(_runs(server, "slow"))
-    expired_before = _rejections(server, "slow", "expired")
-    held = _hold(server, pool, "slow", 300)
+        server, pool, kind):
+    slow = _named("slow", kind)
+    before = len(_runs(server, slow))
+    expired_before = _rejections(server, slow, "expired")
+    held = _hold(server, pool, slow, 300)
     started = time.monotonic()
-    status, headers, body = post_json_raw(server.http_port, "/v2/models/slow/infer", _v2_body(301, timeout=50_000))
+    status, headers, body = post_json_raw(server.http_port, f"/v2/models/{slow}/infer", _v2_body(301, timeout=50_000))
     rest_took = time.monotonic() - started
-    late = _infer(server, "grpc", "slow", 302, timeout=50_000)
+    late = _infer(server, "grpc", slow, 302, timeout=50_000)
     assert not held.done()
-    assert_error_answer(server.http_port, (status, headers, body), 504, WAITED.format("slow"))
-    assert (late.status, late.got) == ("StatusCode.DEADLINE_EXCEEDED", WAITED.format("slow"))
+    assert_error_answer(server.http_port, (status, headers, body), 504, WAITED.format(slow))
+    assert (late.status, late.got) == ("StatusCode.DEADLINE_EXCEEDED", WAITED.format(slow))
     assert 0.05 <= rest_took < 2, rest_took
-    assert _rejections(server, "slow", "expired") == expired_before + 2
-    _release(server, "slow")
+    assert _rejections(server, slow, "expired") == expired_before + 2
+    _release(server, slow)
     assert held.result(timeout=30).status == "OK"
-    assert _runs(server, "slow")[before:] == [300]  # neither late call ever reached the model
+    assert _runs(server, slow)[before:] == [300]  # neither late call ever reached the model
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("protocol", ["rest", "grpc"])
-def test_with_delay_a_call_whose_timeout_passes_is_answered_after_the_calls_queued_after_it(server, pool, protocol):
-    base = 400 if protocol == "rest" else 500
-    before = len(_runs(server, "delayed"))
-    held = _hold(server, pool, "delayed", base, protocol)
-    late = _queued(server, pool, "delayed", protocol, [base + 1], timeout=50_000)[0]
-    others = _queued(server, pool, "delayed", protocol, [base + 2, base + 3], already=1)
+def test_with_delay_a_call_whose_timeout_passes_is_answered_after_the_calls_queued_after_it(server, pool, protocol,
+                                                                                           kind):
+    base, delayed = 400 if protocol == "rest" else 500, _named("delayed", kind)
+    before = len(_runs(server, delayed))
+    held = _hold(server, pool, delayed, base, protocol)
+    late = _queued(server, pool, delayed, protocol, [base + 1], timeout=50_000)[0]
+    others = _queued(server, pool, delayed, protocol, [base + 2, base + 3], already=1)
     time.sleep(0.3)  # the late call's 50 ms pass while it waits: nothing shows that but the order it runs in
-    _release(server, "delayed")
+    _release(server, delayed)
     answers = [f.result(timeout=30) for f in (held, late, *others)]
     assert [(a.status, a.got) for a in answers] == [("OK", a.tag) for a in answers]
-    assert _runs(server, "delayed")[before:] == [base, base + 2, base + 3, base + 1]
+    assert _runs(server, delayed)[before:] == [base, base + 2, base + 3, base + 1]
     assert answers[1].at > max(a.at for a in answers[2:])
 
 
 # --- clients that leave ----------------------------------------------------------------------------------------
-def test_a_rest_client_that_disconnects_while_its_call_waits_takes_it_out_of_the_queue_unrun(server, pool):
-    before = len(_runs(server, "slow"))
-    cancelled_before = _rejections(server, "slow", "cancelled")
-    held = _hold(server, pool, "slow", 600)
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_rest_client_that_disconnects_while_its_call_waits_takes_it_out_of_the_queue_unrun(server, pool, kind):
+    slow = _named("slow", kind)
+    before = len(_runs(server, slow))
+    cancelled_before = _rejections(server, slow, "cancelled")
+    held = _hold(server, pool, slow, 600)
     body = json.dumps(_v2_body(601)).encode()
     with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as sock:
-        sock.sendall(b"POST /v2/models/slow/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-        _until_waiting(server, "slow", 1)
-    _until_waiting(server, "slow", 0)
-    eventually(lambda: _rejections(server, "slow", "cancelled") == cancelled_before + 1)
-    _release(server, "slow")
+        sock.sendall(b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (slow.encode(), len(body), body))
+        _until_waiting(server, slow, 1)
+    _until_waiting(server, slow, 0)
+    eventually(lambda: _rejections(server, slow, "cancelled") == cancelled_before + 1)
+    _release(server, slow)
     assert held.result(timeout=30).status == "OK"
-    assert _infer(server, "rest", "slow", 602).status == "OK"  # the slot was not lost
-    assert _runs(server, "slow")[before:] == [600, 602]
+    assert _infer(server, "rest", slow, 602).status == "OK"  # the slot was not lost
+    assert _runs(server, slow)[before:] == [600, 602]
 
 
-def test_a_cancelled_grpc_call_that_waits_leaves_the_queue_unrun(server, pool):
-    before = len(_runs(server, "slow"))
-    cancelled_before = _rejections(server, "slow", "cancelled")
-    held = _hold(server, pool, "slow", 700, "grpc")
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_cancelled_grpc_call_that_waits_leaves_the_queue_unrun(server, pool, kind):
+    slow = _named("slow", kind)
+    before = len(_runs(server, slow))
+    cancelled_before = _rejections(server, slow, "cancelled")
+    held = _hold(server, pool, slow, 700, "grpc")
 
     async def cancel_while_waiting() -> bool:
         async with grpc.aio.insecure_channel(server.grpc_url) as channel:
-            call = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(_grpc_request("slow", 701))
-            await asyncio.to_thread(_until_waiting, server, "slow", 1)
+            call = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(_grpc_request(slow, 701))
+            await asyncio.to_thread(_until_waiting, server, slow, 1)
             return call.cancel()
 
     assert asyncio.run(cancel_while_waiting())
-    _until_waiting(server, "slow", 0)
-    eventually(lambda: _rejections(server, "slow", "cancelled") == cancelled_before + 1)
-    _release(server, "slow")
+    _until_waiting(server, slow, 0)
+    eventually(lambda: _rejections(server, slow, "cancelled") == cancelled_before + 1)
+    _release(server, slow)
     assert held.result(timeout=30).status == "OK"
-    assert _runs(server, "slow")[before:] == [700]
+    assert _runs(server, slow)[before:] == [700]
 
 
 def _grpc_request(model: str, tag: int) -> pb.ModelInferRequest:
@@ -289,46 +307,48 @@ def _grpc_request(model: str, tag: int) -> pb.ModelInferRequest:
 
 # --- health while 10,000 calls wait ----------------------------------------------------------------------------
 CROWD, CROWD_BURST = 10_000, 10_000
-PROBES = ("/v2/health/live", "/v2/health/ready", "/v2/models/crowded/ready", "/v2/models/crowded", "/metrics")
+PROBES = ("/v2/health/live", "/v2/health/ready", "/v2/models/{}/ready", "/v2/models/{}", "/metrics")
 
 
-def test_health_readiness_metadata_and_metrics_answer_within_50_ms_while_10000_calls_wait(server, pool):
-    held = _hold(server, pool, "crowded", 1)
-    cancelled_before = _rejections(server, "crowded", "cancelled")
-    timings = asyncio.run(_probed_while_crowded(server))
+@pytest.mark.parametrize("kind", KINDS)
+def test_health_readiness_metadata_and_metrics_answer_within_50_ms_while_10000_calls_wait(server, pool, kind):
+    crowded = _named("crowded", kind)
+    held = _hold(server, pool, crowded, 1)
+    cancelled_before = _rejections(server, crowded, "cancelled")
+    timings = asyncio.run(_probed_while_crowded(server, crowded))
     slow = {path: took for path, took in timings.items() if max(took) >= 0.05}
     assert not slow, f"answered in more than 50 ms with {CROWD} calls waiting (seconds): {slow}"
-    eventually(lambda: _rejections(server, "crowded", "cancelled") == cancelled_before + CROWD, 20)
-    _release(server, "crowded")
+    eventually(lambda: _rejections(server, crowded, "cancelled") == cancelled_before + CROWD, 20)
+    _release(server, crowded)
     assert held.result(timeout=30).status == "OK"
-    assert _runs(server, "crowded") == [1]
+    assert _runs(server, crowded) == [1]
 
 
-async def _probed_while_crowded(server: Server) -> Dict[str, List[float]]:
+async def _probed_while_crowded(server: Server, crowded: str) -> Dict[str, List[float]]:
     """Seconds each probe took, three times each, while CROWD gRPC calls on one channel wait for the crowded
     model's slot, sent in one burst (the server lets a burst past grpc-core's own limit of 3,000 calls not yet
     taken up: handlers/grpc.py); the calls are cancelled after."""
     async with grpc.aio.insecure_channel(server.grpc_url) as channel:
-        stub, message = service_pb2_grpc.GRPCInferenceServiceStub(channel), _grpc_request("crowded", 2)
+        stub, message = service_pb2_grpc.GRPCInferenceServiceStub(channel), _grpc_request(crowded, 2)
         await asyncio.wait_for(channel.channel_ready(), 10)
         calls: List[Any] = []
         try:
             while len(calls) < CROWD:
                 calls += [stub.ModelInfer(message, timeout=60) for _ in range(CROWD_BURST)]
-                await asyncio.to_thread(_until_waiting, server, "crowded", len(calls), 20.0)
-            return await asyncio.to_thread(_probe, server)
+                await asyncio.to_thread(_until_waiting, server, crowded, len(calls), 20.0)
+            return await asyncio.to_thread(_probe, server, crowded)
         finally:
             for call in calls:
                 call.cancel()
-            await asyncio.to_thread(_until_waiting, server, "crowded", 0, 20.0)
+            await asyncio.to_thread(_until_waiting, server, crowded, 0, 20.0)
 
 
-def _probe(server: Server) -> Dict[str, List[float]]:
+def _probe(server: Server, crowded: str) -> Dict[str, List[float]]:
     connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=10)
-    timings: Dict[str, List[float]] = {path: [] for path in PROBES}
+    timings: Dict[str, List[float]] = {path.format(crowded): [] for path in PROBES}
     try:
         for _ in range(3):
-            for path in PROBES:
+            for path in timings:
                 started = time.perf_counter()
                 connection.request("GET", path)
                 response = connection.getresponse()

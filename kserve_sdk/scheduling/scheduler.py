@@ -17,11 +17,13 @@ in_background: ContextVar[bool] = ContextVar("in_background", default=False)
 
 
 class Ticket(NamedTuple):
-    """A call's place in its model's queue: the queue, its level (0 is the highest) and how long it may wait."""
+    """A call's place in its model's queue: the queue, its level (0 is the highest), how long it may wait, and
+    when (``time.perf_counter()``) the call arrived, which its timeout counts from (None: from its wait)."""
 
     queue: ModelQueue
     level: int
     timeout: Optional[float]
+    since: Optional[float] = None
 
 
 class _Plan(NamedTuple):
@@ -46,9 +48,10 @@ class Scheduler:
         return self._plan(model_name, model).policy
 
     def admit(self, model_name: str, model: Any, parameters: Optional[Mapping[str, Any]],
-              headers: Mapping[str, str]) -> Tuple[Optional[Ticket], Optional[Deadline]]:
+              headers: Mapping[str, str], since: Optional[float] = None) -> Tuple[Optional[Ticket], Optional[Deadline]]:
         """The ticket (None: the model never queues) and the run's deadline of a call asking, through its
-        v2 ``parameters`` or its headers, for a priority and a timeout; a bad ask is InvalidInput."""
+        v2 ``parameters`` or its headers, for a priority and a timeout; a bad ask is InvalidInput. Both count
+        from ``since`` (``time.perf_counter()`` when the call arrived), else from now."""
         plan = self._plans.get(model_name)
         if plan is None or plan.model is not model:
             plan = self._plan(model_name, model)
@@ -60,7 +63,7 @@ class Scheduler:
                 policy.priority_of(priority)  # checked, though the model never queues
         else:
             level = plan.queue.background if in_background.get() else policy.priority_of(priority)
-            ticket = Ticket(plan.queue, level, policy.queue_timeout(timeout_us))
+            ticket = Ticket(plan.queue, level, policy.queue_timeout(timeout_us), since)
         run_limit, source = self.request_timeout_seconds, "--request_timeout_seconds"
         if run_limit is None and not timeout_us:
             return ticket, None
@@ -68,7 +71,7 @@ class Scheduler:
             asked = timeout_us / 1e6
             if run_limit is None or asked < run_limit:
                 run_limit, source = asked, "the request's timeout parameter"
-        return ticket, None if run_limit is None else Deadline.after(run_limit, source)
+        return ticket, None if run_limit is None else Deadline.after(run_limit, source, since)
 
     def forget(self, model_name: str, error: BaseException) -> None:
         """The model is unloaded: its waiting calls (and any that still reach its old queue) fail with ``error``."""

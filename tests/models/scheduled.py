@@ -13,6 +13,8 @@ in a v1 body) runs until it is released (20 s at most); the others sleep their m
 - ``doomed``: as slow (the unload test removes it).
 - ``classic``: a v1 model, as slow.
 - ``streamer``: an async-generator predict, 1 at once: its first answer at once, its last when released.
+- ``slow_def``, ``bounded_def``, ``delayed_def``, ``crowded_def``: as their namesakes, with a plain ``def predict``
+  (on a model thread, where the slot passes from one call to the next).
 
 The repository loads ``misconfigured`` on demand: its policy is wrong, so its load fails.
 
@@ -23,6 +25,8 @@ import argparse
 import asyncio
 import json
 import os
+import threading
+import time
 from typing import Any, Dict, List
 
 import numpy as np
@@ -32,6 +36,7 @@ from kserve_sdk import InferOutput, InferRequest, InferResponse, SchedulingPolic
 
 RUNS: Dict[str, List[int]] = {}
 GATES: Dict[str, asyncio.Event] = {}
+THREAD_GATES: Dict[str, threading.Event] = {}
 HOLD_LIMIT_S = 20.0
 
 
@@ -46,9 +51,14 @@ async def _held(model_name: str) -> None:
     await asyncio.wait_for(gate.wait(), HOLD_LIMIT_S)
 
 
+def _held_on_thread(model_name: str) -> None:
+    THREAD_GATES.setdefault(model_name, threading.Event()).wait(HOLD_LIMIT_S)
+
+
 def release(model_name: str) -> None:
     """Let every held call of the model end; calls held later wait for the next release."""
     GATES.pop(model_name, asyncio.Event()).set()
+    THREAD_GATES.pop(model_name, threading.Event()).set()
 
 
 class Recorded(kserve.Model):
@@ -66,6 +76,19 @@ class Recorded(kserve.Model):
             await _held(self.name)
         else:
             await asyncio.sleep(self.seconds)
+        return _tag_response(self.name, payload, tag)
+
+
+class Threaded(Recorded):
+    """As Recorded, with a plain ``def predict``: it runs on a model thread."""
+
+    def predict(self, payload: InferRequest, headers=None) -> InferResponse:  # type: ignore[override]
+        tag = int(payload.inputs[0].as_numpy()[0])
+        RUNS[self.name].append(tag)
+        if (payload.parameters or {}).get("hold"):
+            _held_on_thread(self.name)
+        else:
+            time.sleep(self.seconds)
         return _tag_response(self.name, payload, tag)
 
 
@@ -123,6 +146,10 @@ def models() -> List[kserve.Model]:
         Recorded("doomed", _policy()),
         Classic("classic", _policy()),
         Streamer("streamer", SchedulingPolicy(instance_count=1)),
+        Threaded("slow_def", _policy()),
+        Threaded("bounded_def", _policy(max_queue_size=2)),
+        Threaded("delayed_def", _policy(timeout_action="DELAY")),
+        Threaded("crowded_def", SchedulingPolicy(instance_count=1)),
         Ledger("ledger"),
     ]
     replaced = json.loads(os.environ.get("SCHEDULED_POLICY", "{}"))
