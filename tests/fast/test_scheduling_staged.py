@@ -170,3 +170,30 @@ def test_a_call_waiting_on_the_loop_behind_a_staged_one_is_handed_the_slot():
         return waited
 
     assert _run(scenario) > 0
+
+
+def test_a_staged_call_whose_thread_starts_it_too_near_its_deadline_is_rejected_there_unrun():
+    async def scenario():
+        queue, jobs = _queue(), Jobs()
+        first = _staged(queue, jobs, "first", hold=True)
+        await _until(lambda: jobs.names() == ["first"])
+        late = _staged(queue, jobs, "late", timeout=5.0)
+        waiter = queue._levels[1][0][0]
+        waiter.rejected_at = time.monotonic() + 0.5  # far enough when the slot is handed on
+        original = queue._take_next
+
+        def taken_then_delayed(now, rejected):  # the thread is held up between taking the call and starting it
+            found = original(now, rejected)
+            if found[0] is waiter:
+                waiter.rejected_at = time.monotonic() + 0.001
+            return found
+
+        queue._take_next = taken_then_delayed
+        jobs.gates["first"].set()
+        await first
+        with pytest.raises(QueueTimeout, match="waited 5000 ms"):
+            await late
+        return jobs.names(), queue
+
+    names, queue = _run(scenario)
+    assert names == ["first"] and (queue.free, queue.waiting) == (1, 0)
