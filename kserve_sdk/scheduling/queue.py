@@ -190,15 +190,17 @@ class ModelQueue:
 
     # --- a staged call's job, on a model thread --------------------------------------------------------------
     def _run_after_wait(self, waiter: _Waiter, fn: Callable[..., Any], args: tuple) -> Tuple[Any, float]:
+        waited = perf_counter() - waiter.queued
+        if waiter.timings is not None:
+            waiter.timings.scheduled_s = waited
         if waiter.rejected_at is not None and waiter.rejected_at < monotonic() + START_GUARD_S:
             # its thread started late (the machine was busy since the call was taken): still too late to run
             metrics.queue_rejected(self.model_name, "expired")
             raise QueueTimeout(self.model_name, waiter.timeout)
-        waited = perf_counter() - waiter.queued
-        metrics.queue_waited(self.model_name, waited)
-        if waiter.timings is not None:
-            waiter.timings.scheduled_s = waited
-        return fn(*args), 0.0
+        try:
+            return fn(*args), 0.0  # nothing between the check and the model
+        finally:
+            metrics.queue_waited(self.model_name, waited)
 
     def _deadline_passed(self, waiter: _Waiter, deadline: "Deadline") -> None:
         """A staged call's deadline: still waiting, it is rejected (it never runs); running, its caller is
