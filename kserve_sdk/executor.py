@@ -81,8 +81,9 @@ class LoopExecutor:
                 self._idle += 1
 
     def _run_one(self, future: asyncio.Future, fn: Callable, args: tuple, watch: Optional["ThreadWatch"]) -> bool:
-        """Run one job and queue its result for the loop; False once the loop is closed."""
-        deliver = not future.cancelled()
+        """Run one job and queue its result for the loop (a job whose future is done already, cancelled or
+        answered by its deadline, does not run); False once the loop is closed."""
+        deliver = not future.done()
         if deliver:
             try:
                 result, ok = fn(*args), True

@@ -197,3 +197,26 @@ def test_a_staged_call_whose_thread_starts_it_too_near_its_deadline_is_rejected_
 
     names, queue = _run(scenario)
     assert names == ["first"] and (queue.free, queue.waiting) == (1, 0)
+
+
+def test_a_call_answered_by_its_deadline_before_a_thread_was_free_to_start_it_never_runs():
+    from kserve_sdk import executor
+
+    async def scenario():
+        queue, jobs = _queue(), Jobs()
+        blocker = threading.Event()
+        busy = executor.run_sync(blocker.wait, 5)  # the one model thread is taken by another model's call
+        late = _staged(queue, jobs, "late", deadline=Deadline.after(0.05, "--request_timeout_seconds"))
+        with pytest.raises(DeadlineExceeded):
+            await late
+        blocker.set()
+        await busy
+        await _until(lambda: queue.free == 1)  # the thread skipped it and handed the slot on
+        return jobs.names()
+
+    saved = executor._max_workers
+    executor.configure(1)
+    try:
+        assert _run(scenario) == []
+    finally:
+        executor._max_workers = saved
