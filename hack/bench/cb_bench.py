@@ -14,7 +14,11 @@ stopped by process group at exit, with one BLAS thread (OPENBLAS_NUM_THREADS=1 a
              add_request / has_capacity / has_active_requests / step, max_batch_size=64), from the venv of
              setup_peers.sh; its own stream, POST /predict -> newline-delimited JSON
 The load is stream_client.py in its own process: `conc` workers opening one stream of --count tokens after
-another for --duration s; only streams that bring exactly start, start + 1, ... count. A row's rate is
+another for --duration s; only streams that bring exactly start, start + 1, ... count. Every stream asks for
+--count tokens, so the workers' streams end on the same step and begin again together, a burst of conc new
+requests each time. With --stagger, worker i's first stream asks for --count x (i + 1) / conc tokens
+(stream_client.py --stagger): from then on the streams end, and new ones begin, on different steps, as
+independent clients' do; those first streams are left out of the time to first token. A row's rate is
 tokens per second over all streams, its p50/p99 the time to first token. Before the servers start, the step
 is timed unloaded at each case's concurrency (batch size); the table after the run gives the time to first
 token in those steps too. See README.md.
@@ -94,6 +98,8 @@ def run_client(args, target, case, *extra, timeout):
            "--server", "litserve" if target.name == "litserve" else "ours", "--host", HOST,
            "--port", str(target.http_port), "--model", MODEL, "--count", str(args.count),
            "--conc", str(case.conc), "--stream-timeout", str(args.stream_timeout), *extra]
+    if args.stagger:
+        cmd.append("--stagger")
     return stream_bench.stream_result(cmd, timeout)
 
 
@@ -126,6 +132,9 @@ def parser():
     ap.add_argument("--stream-timeout", type=float, default=60, help="seconds per stream (default 60)")
     ap.add_argument("--max-batch-size", type=int, default=64, help="rows per step, cb and litserve (default 64)")
     ap.add_argument("--max-wait-ms", type=float, default=2, help="cb's max_wait_ms (default 2)")
+    ap.add_argument("--stagger", action="store_true",
+                    help="the workers' first streams ask for fewer tokens, so that from then on their streams end and "
+                         "begin on different steps (default: all ask for --count, so they end and begin together)")
     return ap
 
 
@@ -138,7 +147,9 @@ def spec(args):
                           load=functools.partial(stream_bench.load, run_client=run_client),
                           err_cols=[("bad", "bad"), ("failed", "failed")],
                           banner=f"stream_client.py in its own process ({sys.executable.split('/')[-1]}), "
-                                 f"{args.count} tokens per stream",
+                                 f"{args.count} tokens per stream, "
+                                 + ("the workers' first streams staggered (not counted in the time to first token)"
+                                    if args.stagger else "all beginning together"),
                           make_targets=functools.partial(make_targets, data=data), base="unbatched",
                           headers=("tok/s", "ttft p50", "ttft p99"),
                           report=functools.partial(report, data), data=data)

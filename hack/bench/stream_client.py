@@ -202,18 +202,21 @@ async def run(args, sse_connection=SSEConnection):
     t_begin = time.perf_counter()
     deadline = t_begin + args.duration if not args.streams else float("inf")
 
-    async def worker():
+    async def worker(index):
         conn = sse_connection(args.host, args.port, args.model, lines=args.server == "litserve") \
             if grpc_streams is None else grpc_streams
+        first = True
         try:
             while started[0] < limit and time.perf_counter() < deadline:
                 sid = started[0]
                 started[0] += 1
                 start = sid * args.count
+                count = max(1, round((index + 1) * args.count / args.conc)) if first and args.stagger \
+                    else args.count
                 values = []
                 try:
-                    values, ttfr = await asyncio.wait_for(conn.stream(sid, start, args.count), args.stream_timeout)
-                    expect(values, start, args.count)
+                    values, ttfr = await asyncio.wait_for(conn.stream(sid, start, count), args.stream_timeout)
+                    expect(values, start, count)
                 except Problem as e:
                     stats["streams_bad"] += 1
                     stats["sample"] = stats["sample"] or f"stream {sid}: {e}"
@@ -227,14 +230,16 @@ async def run(args, sse_connection=SSEConnection):
                 else:
                     stats["streams_ok"] += 1
                     stats["responses_ok"] += len(values)
-                    ttfrs.append(ttfr)
+                    if not (first and args.stagger):  # the first streams all begin together
+                        ttfrs.append(ttfr)
                 stats["responses"] += len(values)
+                first = False
         finally:
             if grpc_streams is None:
                 await conn.close()
 
     try:
-        await asyncio.gather(*(worker() for _ in range(args.conc)))
+        await asyncio.gather(*(worker(i) for i in range(args.conc)))
     finally:
         if grpc_streams is not None:
             await grpc_streams.close()
@@ -260,6 +265,10 @@ def parser():
     ap.add_argument("--streams", type=int, default=0, help="run exactly this many streams instead")
     ap.add_argument("--max-streams", type=int, default=100000, help="bound on streams in a timed run")
     ap.add_argument("--stream-timeout", type=float, default=30, help="seconds per stream")
+    ap.add_argument("--stagger", action="store_true",
+                    help="worker i's first stream asks for count x (i + 1) / conc responses, so that the workers' "
+                         "streams end apart from then on, as independent clients' do; the first streams' time to "
+                         "first response is not counted (they all begin together)")
     return ap
 
 
