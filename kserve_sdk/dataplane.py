@@ -220,7 +220,11 @@ class DataPlane:
     def end_request(self, model_name: str) -> None:
         """An inference call counted by ``begin_request`` has ended."""
         self._in_flight -= 1
-        self._model_calls[model_name] -= 1
+        left = self._model_calls[model_name] - 1
+        if left:
+            self._model_calls[model_name] = left
+        else:  # no key kept per model name ever called (a repository may serve thousands)
+            del self._model_calls[model_name]
         if self._in_flight == 0 and self._idle is not None and not self._route_calls:
             self._idle.set()
 

@@ -159,6 +159,17 @@ def _child(metric, *labels: str):
     return child
 
 
+def _shared_child(metric, *labels: str):
+    """``metric.labels(*labels)``, remembered, as prometheus-client's own child, whose every update takes its
+    values' lock: for the series that model threads update too (a model's queue hands its slot on there), where
+    a direct writer (for the event loop alone) could lose an update."""
+    key = (id(metric), labels, "shared")
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*labels)
+    return child
+
+
 def get_labels(model_name: str) -> Dict[str, str]:
     """The labels of ``model_name``'s series in the stage histograms (KServe's): ``{"model_name": model_name}``."""
     return {PROM_LABELS[0]: model_name}
@@ -239,24 +250,25 @@ os.register_at_fork(after_in_child=_stage_writers.clear)
 
 
 def forget_model(model_name: str) -> None:
-    """Let go of what this process keeps in memory for ``model_name``'s series (a model repository's model
-    no longer loaded): each metric's child and the writers of its values. The values stay in the metrics
-    files, so scrapes still show them, and a series made again for the name continues from its count."""
+    """Let go of ``model_name``'s series (a model repository's model no longer loaded), as Triton does: each
+    metric's child and the writers of its values leave this process, and the values leave its metrics files
+    (they read 0 at once and are gone from the next compaction of the files). A series made again for the name
+    starts from 0. Without a metrics directory, or with ``KSERVE_SDK_INTERNALS=off``, the series stay."""
     if _m is None or not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # in one process's memory: they stay
         return
     from .internals.prometheus_children import drop_children
-    from .internals.prometheus_values import release_pages
+    from .internals.prometheus_values import let_go
 
     metrics = [*vars(_m).values(), *(metric for group in (_m.stages, _m.llm_tokens) for metric in group.values())]
     if _repository_metrics is not None:
         metrics.append(_repository_metrics.memory)
-    drop_children(metrics, "model_name", model_name)
+    dropped = drop_children(metrics, "model_name", model_name)
     for key in [key for key in _children if key[1][:1] == (model_name,)]:
         del _children[key]
     for labels in [labels for labels in _answer_writers if labels[0] == model_name]:
         del _answer_writers[labels]
     _stage_writers.pop(model_name, None)
-    release_pages()
+    let_go(dropped)
 
 
 def request_started(protocol: str) -> None:
@@ -315,21 +327,21 @@ def batch_rows_waiting(model_name: str, method: str, change: int) -> None:
 
 def queue_size(model_name: str, priority: str, change: int) -> None:
     """``change`` more (or, negative, fewer) calls wait in the model's queue at ``priority`` ("1", "2", ...,
-    or "background")."""
+    or "background"); from the event loop or a model thread, as the three queue functions here."""
     if _m is not None:
-        _child(_m.queue_size, model_name, priority).inc(change)
+        _shared_child(_m.queue_size, model_name, priority).inc(change)
 
 
 def queue_waited(model_name: str, seconds: float) -> None:
     """A call left the model's queue to run after waiting ``seconds``."""
     if _m is not None:
-        _child(_m.queue_wait, model_name).observe(seconds)
+        _shared_child(_m.queue_wait, model_name).observe(seconds)
 
 
 def queue_rejected(model_name: str, reason: str) -> None:
     """A call left the model's queue without running (``queue_full``, ``expired``, ``cancelled``)."""
     if _m is not None:
-        _child(_m.queue_rejected, model_name, reason).inc()
+        _shared_child(_m.queue_rejected, model_name, reason).inc()
 
 
 def repository_load_finished(outcome: str, seconds: float) -> None:

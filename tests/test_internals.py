@@ -154,6 +154,46 @@ print(seen())
 """
 
 
+PROMETHEUS_LET_GO = """
+import os
+from kserve_sdk import metrics
+metrics.setup()
+from prometheus_client import CollectorRegistry, multiprocess
+registry = CollectorRegistry()
+multiprocess.MultiProcessCollector(registry)
+def count(model):
+    labels = {"model_name": model, "protocol": "rest_v2", "endpoint": "infer", "status": "200"}
+    return registry.get_sample_value("kserve_requests_total", labels)
+def served(model, times=1):
+    for _ in range(times):
+        metrics.request_finished(model, "rest_v2", "infer", "200", 0.01, started=False)
+served("kept", 2)
+served("gone", 3)
+metrics.forget_model("gone")
+print(count("kept"), count("gone"))
+for i in range(1500):  # enough models let go to compact every file
+    served(f"m{i:04d}")
+    metrics.forget_model(f"m{i:04d}")
+served("gone")
+print(count("kept"), count("gone"), count("m0000"))
+pid = os.fork()  # the values, moved to the child's own files, keep counting there
+if pid == 0:
+    served("kept")
+    os._exit(0)
+os.waitpid(pid, 0)
+served("kept")
+print(count("kept"))
+"""
+
+
+def test_a_forgotten_model_names_series_leave_the_files_and_count_from_0_when_made_again(tmp_path):
+    """prometheus_values.let_go (metrics.forget_model, through prometheus_children's dropped children): the
+    series read 0 at once, leave the files once they are compacted, and start from 0 when made again; values and
+    their direct writers keep counting across the compaction and a fork."""
+    lines = _run_python(PROMETHEUS_LET_GO, tmp_path).splitlines()
+    assert lines == ["2.0 0.0", "2.0 1.0 None", "4.0"]
+
+
 @pytest.mark.parametrize("internals, kind", [("on", "SlotGaps"), ("off", "ReplayGaps")])
 def test_gaps_land_in_the_buckets_observe_would_pick(tmp_path, internals, kind):
     """prometheus_writers.gap_writer (a stream's gaps between chunks): the short gaps a stream counted

@@ -7,9 +7,10 @@ is first imported, and worker processes inherit it. ``tests/test_internals.py`` 
 internal, when a pinned library no longer has what a trick uses.
 
 - :mod:`.prometheus_values`: prometheus-client's ``values.ValueClass`` and its multi-process file layout
+  (series of unloaded models compacted out of the files)
 - :mod:`.prometheus_writers`: a metric child's ``_value``, ``_buckets``, ``_sum`` and ``_upper_bounds``
 - :mod:`.prometheus_children`: a labelled metric's ``_labelnames``, ``_metrics`` and ``_lock`` (dropping an
-  evicted repository model's children)
+  evicted repository model's children, whose series are then let go)
 - :mod:`.tornado_accept`: ``TCPServer._handle_connection`` (accepting for idle workers first)
 - :mod:`.tornado_buffer`: ``IOStream._read_buffer_size`` (the body already arrived with the headers)
 - :mod:`.tornado_headers`: ``RequestHandler._headers`` (the answer's headers, for the access log)

@@ -14,8 +14,18 @@ one addition under a lock. After a fork, the child's values move to files of its
 with :mod:`.prometheus_writers`: part of what metrics and statistics cost per request; the figures are in
 docs/performance.md.)
 
+prometheus-client never removes a series from its files. Here the series of a model no longer served go
+(:func:`let_go`, for a model repository's evicted models): their values read 0 at once, and once a file holds
+as many bytes of such series as of live ones, it is rewritten without them (:meth:`_ValueFile.compact`), so a
+process that serves ever new model names keeps files, an index and scrapes the size of what it serves now. A
+series made again starts from 0 (Prometheus takes the drop as a counter reset). The counters, histograms and
+summaries of models are spread over :data:`SHARDS` files per kind (``<kind>_<shard>_<pid>.db``, which
+prometheus-client reads as its own: it takes the kind from the name's first part; server/workers.py folds a
+dead worker's shards too) so that one compaction moves few values. A new file, like a compacted one, is written
+whole under another name and renamed into place: a scrape never reads a half-written file.
+
 Plain path (``KSERVE_SDK_INTERNALS=off``): :func:`install` does nothing and prometheus-client's own
-``MultiProcessValue`` keeps the files.
+``MultiProcessValue`` keeps the files, with every series ever written.
 """
 import hashlib
 import json
@@ -24,13 +34,18 @@ import os
 import struct
 import threading
 import weakref
-from typing import Dict, List, Optional
+import zlib
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from . import ENABLED
 
 _INITIAL_SIZE = 1 << 16
-#: How much a file grows between two releases of its pages (:meth:`_ValueFile.release_pages`).
-RELEASE_BYTES = 1 << 20
+#: The least a file's entries of series let go must take before it is compacted (else: as much as those in use).
+_LEAST_DEAD = 1 << 12
+#: The files a kind of values (counter, histogram, summary) is spread over by their ``model_name`` label, so a
+#: compaction rewrites a sixteenth of a server's model series and pauses its loop for a sixteenth as long.
+#: Gauges stay in one file: prometheus-client reads a gauge file's pid from its name.
+SHARDS = 16
 _INT = struct.Struct("i")
 _lock = threading.Lock()  # one for all values: updates are a few instructions long
 
@@ -39,107 +54,212 @@ def _directory() -> str:
     return os.environ["PROMETHEUS_MULTIPROC_DIR"]
 
 
+def _entry_size(encoded_length: int) -> int:
+    """Bytes of an entry whose key is ``encoded_length`` bytes long: length, padded key, two doubles."""
+    return 4 + encoded_length + (8 - (encoded_length + 4) % 8) + 16
+
+
 class _ValueFile:
     """One ``<kind>_<pid>.db``: a 4-byte count of the bytes used, 4 bytes of padding, then one entry per
     value: the key's length (4 bytes), the UTF-8 key padded with spaces to a multiple of 8 (counting the
     length), the value and a timestamp (two doubles). This is the layout prometheus-client reads."""
 
-    def __init__(self, path: str):
-        self._file = open(path, "a+b")
-        size = os.fstat(self._file.fileno()).st_size
-        if size == 0:
-            size = _INITIAL_SIZE
-            self._file.truncate(size)
-        self._size = size
+    def __init__(self, kind: str, shard: int, path: str):
+        self.kind, self.shard, self._path = kind, shard, path
+        if not os.path.exists(path):
+            _create(path)
+        self._file = open(path, "r+b")
+        self._size = max(os.fstat(self._file.fileno()).st_size, _INITIAL_SIZE)
+        self._file.truncate(self._size)
         # A larger file gets a new, larger mapping; the old ones stay open because values keep views of
         # them, and every mapping of the file shows the same bytes.
-        self._maps: List[mmap.mmap] = [mmap.mmap(self._file.fileno(), size)]
-        # key digest -> where its doubles are; kept for every key ever written, so a value made again (a
-        # repository model loaded again after its eviction) continues from its count
-        self._positions: Dict[int, int] = {}
+        self._maps: List[mmap.mmap] = []
+        self._doubles = self._map(self._file)
+        #: The values whose entries are in this file, and the objects holding views of their slots
+        #: (prometheus_writers' writers): pointed at a new mapping when the file is compacted.
+        self.values: weakref.WeakSet[SlotValue] = weakref.WeakSet()
+        self.holders: weakref.WeakSet = weakref.WeakSet()
+        # key digest -> where its entry starts, for the series in use (a series let go leaves it)
+        self._starts: Dict[int, int] = {}
+        self._dead = 0  # bytes of the entries of series let go, which the next compaction drops
         used = _INT.unpack_from(self._maps[-1], 0)[0]
         if used == 0:
             used = 8
             self._maps[-1][0:4] = _INT.pack(used)
         else:
-            self._read_positions(used)
+            self._read_starts(used)
         self._used = used
-        self._released = used  # how far the file was used when its pages were last released
 
-    def release_pages(self) -> None:
-        """Drop this process's mappings of the file's pages (a value written later maps its page again): the
-        values of series no longer used (a model repository's evicted models) stop counting in its memory.
-        Done once the file has grown by RELEASE_BYTES since the last time, so live values seldom fault."""
-        if self._used - self._released >= RELEASE_BYTES and hasattr(mmap, "MADV_DONTNEED"):
-            for data in self._maps:
-                data.madvise(mmap.MADV_DONTNEED)  # a shared file mapping: the bytes stay in the file
-            self._released = self._used
+    def _map(self, file) -> memoryview:
+        """Map the whole file; the mapping as doubles, which every value's view is cut from (entries are
+        aligned to 8 bytes)."""
+        self._maps.append(mmap.mmap(file.fileno(), self._size))
+        return memoryview(self._maps[-1]).cast("d")
 
-    def _read_positions(self, used: int) -> None:
-        data, pos = self._maps[-1], 8
-        while pos < used:
-            length = _INT.unpack_from(data, pos)[0]
-            key = bytes(data[pos + 4:pos + 4 + length]).decode("utf-8")
-            pos += 4 + length + (8 - (length + 4) % 8)
-            self._positions[_digest(key)] = pos
-            pos += 16
+    def _read_starts(self, used: int) -> None:
+        start = 8
+        while start < used:
+            key = key_at(self._maps[-1], start)
+            self._starts[_digest(key)] = start
+            start += _entry_size(len(key))
 
-    def slot(self, key: str) -> memoryview:
-        """The (value, timestamp) doubles of ``key`` as a writable view; the entry is added when new."""
-        digest = _digest(key)
-        pos = self._positions.get(digest)
-        if pos is None:
-            pos = self._positions[digest] = self._add(key)
-        return memoryview(self._maps[-1])[pos:pos + 16].cast("d")
-
-    def _add(self, key: str) -> int:
+    def slot(self, key: str) -> "tuple[int, memoryview]":
+        """Where the entry of ``key`` starts, and a writable view of its (value, timestamp) doubles; the
+        entry is added (at 0) when the key has none in use."""
         encoded = key.encode("utf-8")
-        padded = encoded + b" " * (8 - (len(encoded) + 4) % 8)
-        entry = _INT.pack(len(encoded)) + padded + bytes(16)
+        digest = _digest(encoded)
+        start = self._starts.get(digest)
+        if start is None:
+            start = self._starts[digest] = self._add(encoded)
+        return start, self._view(start + _entry_size(len(encoded)) - 16)
+
+    def _view(self, pos: int) -> memoryview:
+        return self._doubles[pos >> 3:(pos >> 3) + 2]
+
+    def _add(self, key: bytes) -> int:
+        entry = _INT.pack(len(key)) + key + b" " * (8 - (len(key) + 4) % 8) + bytes(16)
         while self._used + len(entry) > self._size:
             self._size *= 2
             self._file.truncate(self._size)
-            self._maps.append(mmap.mmap(self._file.fileno(), self._size))
-        data = self._maps[-1]
-        data[self._used:self._used + len(entry)] = entry
+            self._doubles = self._map(self._file)
+        data, start = self._maps[-1], self._used
+        data[start:start + len(entry)] = entry
         self._used += len(entry)
         data[0:4] = _INT.pack(self._used)  # after the entry: a reader never sees a half-written one
-        return self._used - 16
+        return start
+
+    def drop(self, start: int) -> None:
+        """The series whose entry is at ``start`` is no longer in use: it reads 0 until the file is compacted,
+        and a value made again for its key gets a new entry."""
+        key = key_at(self._maps[-1], start)
+        digest = _digest(key)
+        if self._starts.get(digest) == start:
+            del self._starts[digest]
+            end = start + _entry_size(len(key))
+            self._maps[-1][end - 16:end] = _ZEROS
+            self._dead += end - start
+
+    def wasteful(self) -> bool:
+        """Whether the entries of series let go take as many bytes as those in use (and at least
+        ``_LEAST_DEAD``): rewriting the file then costs as much as the entries written since the last time."""
+        return self._dead >= max(_LEAST_DEAD, self._used - 8 - self._dead)
+
+    def compact(self) -> None:
+        """Rewrite the file with the entries in use only (their values as they are now), under a temporary
+        name renamed over the old one (a scrape reads either file whole), and point this file's values at the
+        new mapping. With ``_lock`` held, on the thread that updates through holders (the event loop): no
+        update is lost between the copy and the new views."""
+        old = self._maps[-1]
+        starts, runs, used = _plan(old, sorted(self._starts.values()))
+        self._size = _INITIAL_SIZE
+        while self._size < 2 * used:
+            self._size *= 2
+        temporary = self._path + ".compacting"  # not *.db: scrapes do not read it
+        new_file = open(temporary, "w+b")
+        new_file.truncate(self._size)
+        self._maps = []
+        self._doubles = self._map(new_file)
+        self._maps[-1][8:used] = b"".join(old[begin:end] for begin, end in runs)
+        self._maps[-1][0:4] = _INT.pack(used)
+        os.replace(temporary, self._path)
+        self._file.close()  # the old mappings stay valid while views of them live
+        self._file, self._used, self._dead = new_file, used, 0
+        self._starts = {digest: starts[start][0] for digest, start in self._starts.items()}
+        doubles = self._doubles
+        for value in list(self.values):
+            place = starts.get(value._start)  # None: let go (by it, or by another value of its key)
+            if place is None:
+                value._start = -1
+            else:
+                value._start, value._slot = place[0], doubles[place[1]:place[1] + 2]
+        for holder in list(self.holders):
+            holder.repoint()
 
 
-def _digest(key: str) -> int:
-    """A key's 64-bit digest: what the positions are kept by (a key itself takes a few hundred bytes, and a
-    file holds every key ever written in this process)."""
-    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little")
+def _plan(data, starts: List[int]) -> "tuple[Dict[int, tuple[int, int]], List[List[int]], int]":
+    """Where the entries at ``starts`` (ascending) of a file's mapping go when written one after another from
+    byte 8: old start -> (new start, index of its first double); the runs of adjacent entries, copied at once
+    ([begin, end]); and the bytes the new file uses."""
+    placed: Dict[int, tuple[int, int]] = {}
+    runs: List[List[int]] = []
+    used = 8
+    for start in starts:
+        size = _entry_size(_INT.unpack_from(data, start)[0])
+        if runs and runs[-1][1] == start:
+            runs[-1][1] = start + size
+        else:
+            runs.append([start, start + size])
+        placed[start] = (used, (used + size - 16) >> 3)
+        used += size
+    return placed, runs, used
 
 
-_files: Dict[str, _ValueFile] = {}
-# The values alive, to move to a forked child's files; a metric child removed (metrics.forget_model) lets
-# its values go.
-_values: "weakref.WeakSet[SlotValue]" = weakref.WeakSet()
+def _create(path: str) -> None:
+    """A new, empty file at ``path``, made whole under a temporary name first: a scrape never reads it empty."""
+    temporary = path + ".new"  # not *.db: scrapes do not read it
+    with open(temporary, "w+b") as file:
+        file.write(_INT.pack(8))  # the bytes used: the header alone
+        file.truncate(_INITIAL_SIZE)
+    os.replace(temporary, path)
 
 
-def _file_of(kind: str) -> _ValueFile:
-    file = _files.get(kind)
+def key_at(data, start: int) -> bytes:
+    """The UTF-8 key of the entry at ``start`` of a mapping."""
+    length = _INT.unpack_from(data, start)[0]
+    return bytes(data[start + 4:start + 4 + length])
+
+
+_ZEROS = bytes(16)
+
+
+def _digest(key: bytes) -> int:
+    """A UTF-8 key's 64-bit digest: what the entries are found by (a key itself takes a few hundred bytes)."""
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
+
+
+_files: Dict[Tuple[str, int], _ValueFile] = {}
+
+
+def _file_of(kind: str, shard: int) -> _ValueFile:
+    """This process's file of ``kind`` values, ``shard`` (0: the file prometheus-client itself would write)."""
+    file = _files.get((kind, shard))
     if file is None:
-        file = _files[kind] = _ValueFile(os.path.join(_directory(), f"{kind}_{os.getpid()}.db"))
+        name = f"{kind}_{shard}_{os.getpid()}.db" if shard else f"{kind}_{os.getpid()}.db"
+        file = _files[kind, shard] = _ValueFile(kind, shard, os.path.join(_directory(), name))
     return file
+
+
+def _shard(kind: str, labels: Dict[str, str]) -> int:
+    """Which file of its kind a value goes to: by its model's name (1 to SHARDS), or 0 (a gauge, or no model)."""
+    model = labels.get("model_name")
+    if model is None or kind.startswith("gauge"):
+        return 0
+    return 1 + zlib.crc32(model.encode("utf-8")) % SHARDS
 
 
 class SlotValue:
     """A metric value for prometheus-client (its ``values.ValueClass``) in multi-process mode."""
 
     _multiprocess = True
+    # A server keeps tens of these per model: no per-value dict, and the key is read back from the file.
+    __slots__ = ("_file", "_start", "_slot", "__weakref__")
 
     def __init__(self, typ: str, metric_name: str, name: str, labelnames, labelvalues, help_text: str,
                  multiprocess_mode: str = "", **kwargs):
-        self._kind = f"gauge_{multiprocess_mode}" if typ == "gauge" else typ
+        kind = f"gauge_{multiprocess_mode}" if typ == "gauge" else typ
         # the key prometheus-client writes and reads: labels in a fixed order
         labels = dict(zip(labelnames, labelvalues, strict=True))
-        self._key = json.dumps([metric_name, name, labels, help_text], sort_keys=True)
+        key = json.dumps([metric_name, name, labels, help_text], sort_keys=True)
         with _lock:
-            self._slot = _file_of(self._kind).slot(self._key)
-            _values.add(self)
+            self._file = _file_of(kind, _shard(kind, labels))
+            # where its entry starts in its file (-1 once let go), and a view of its doubles there
+            self._start, self._slot = self._file.slot(key)
+            self._file.values.add(self)
+
+    @property
+    def _key(self) -> str:
+        """The key of its entry (while in use), as prometheus-client's ``mmap_key`` makes it (read from the file)."""
+        return key_at(self._slot.obj, self._start).decode("utf-8")
 
     def inc(self, amount: float) -> None:
         """Add ``amount``."""
@@ -164,21 +284,58 @@ class SlotValue:
         return None
 
 
-def release_pages() -> None:
-    """Release the pages of this process's metrics files that have grown by RELEASE_BYTES since their last
-    release (see :meth:`_ValueFile.release_pages`)."""
+def hold(holder, value: SlotValue) -> None:
+    """Tell ``holder`` (an object with a ``repoint()`` method re-reading the slots of its values, all in
+    ``value``'s file) whenever their slots move: after a compaction of the file, and in a forked child."""
     with _lock:
-        for file in _files.values():
-            file.release_pages()
+        value._file.holders.add(holder)
+
+
+def let_go(children: Iterable[object]) -> None:
+    """The series of these metric children (prometheus-client's, no longer used: a model repository's model
+    unloaded) leave this process's files: they read 0 now and are gone from the next compaction, which runs
+    once a file holds as many bytes of such series as of those in use. Values of other classes are left."""
+    with _lock:
+        touched: Set[_ValueFile] = set()
+        for child in children:
+            for value in _values_of(child):
+                if value._start >= 0:
+                    value._file.drop(value._start)
+                    value._start = -1
+                    touched.add(value._file)
+        for file in touched:
+            if file.wasteful():
+                file.compact()
+
+
+def _values_of(child: object) -> List[SlotValue]:
+    """The SlotValues a metric child holds: a counter's or gauge's ``_value``, a histogram's ``_buckets`` and
+    ``_sum``, a summary's ``_count`` and ``_sum`` (whatever attributes hold them)."""
+    found: List[SlotValue] = []
+    for attribute in vars(child).values() if hasattr(child, "__dict__") else ():
+        if isinstance(attribute, SlotValue):
+            found.append(attribute)
+        elif isinstance(attribute, list):
+            found.extend(item for item in attribute if isinstance(item, SlotValue))
+    return found
 
 
 def _move_to_own_files() -> None:
     """In a forked child: leave the parent's files (their counts stay the parent's) for this pid's."""
     global _lock
     _lock = threading.Lock()
+    parents = list(_files.values())
     _files.clear()
-    for value in list(_values):
-        value._slot = _file_of(value._kind).slot(value._key)
+    for parent in parents:
+        file = _file_of(parent.kind, parent.shard)
+        for value in list(parent.values):
+            value._file = file
+            if value._start >= 0:  # its key read from the parent's mapping, still mapped here
+                value._start, value._slot = file.slot(value._key)
+                file.values.add(value)
+        for holder in list(parent.holders):
+            file.holders.add(holder)
+            holder.repoint()
 
 
 os.register_at_fork(after_in_child=_move_to_own_files)

@@ -14,7 +14,7 @@ itself, through its public ``inc`` / ``dec`` / ``observe``.
 from bisect import bisect_left
 
 from . import ENABLED
-from .prometheus_values import SlotValue
+from .prometheus_values import SlotValue, hold
 
 
 def direct_writer(child):
@@ -22,7 +22,8 @@ def direct_writer(child):
     its slots directly, or the child itself when its values are not slots (or the tricks are off).
 
     The writers skip prometheus-client's lock: they are used on the event loop's thread only (one loop
-    per worker process)."""
+    per worker process). They keep views of their values' slots, and are told when those move
+    (prometheus_values.hold: a compacted file, a forked child)."""
     if not ENABLED:
         return child
     if isinstance(getattr(child, "_value", None), SlotValue):  # a Counter's or a Gauge's child
@@ -36,10 +37,16 @@ def direct_writer(child):
 class SlotCount:
     """``inc`` / ``dec`` of a counter's or gauge's value, one addition each."""
 
-    __slots__ = ("_slot",)
+    __slots__ = ("_slot", "_value", "__weakref__")
 
     def __init__(self, value: SlotValue):
-        self._slot = value._slot
+        self._value = value
+        self.repoint()
+        hold(self, value)
+
+    def repoint(self) -> None:
+        """Take the value's slot again (it moved)."""
+        self._slot = self._value._slot
 
     def inc(self, amount: float = 1.0) -> None:
         """Add ``amount``."""
@@ -53,12 +60,18 @@ class SlotCount:
 class SlotHistogram:
     """``observe`` of a histogram: one count in its bucket and the amount added to the sum."""
 
-    __slots__ = ("_bounds", "_buckets", "_sum")
+    __slots__ = ("_bounds", "_buckets", "_sum", "_values", "__weakref__")
 
     def __init__(self, bounds, buckets, total: SlotValue):
         self._bounds = list(bounds)
-        self._buckets = [bucket._slot for bucket in buckets]
-        self._sum = total._slot
+        self._values = (list(buckets), total)
+        self.repoint()
+        hold(self, total)
+
+    def repoint(self) -> None:
+        """Take the values' slots again (they moved)."""
+        self._buckets = [bucket._slot for bucket in self._values[0]]
+        self._sum = self._values[1]._slot
 
     def observe(self, amount: float) -> None:
         """Count ``amount`` in the first bucket whose bound is at or above it, as prometheus-client does."""
@@ -78,11 +91,17 @@ class SlotGaps:
     """Gaps written into a :class:`SlotHistogram`'s slots: the short ones as one addition to the first
     bucket and one to the sum."""
 
-    __slots__ = ("observe", "least", "_first", "_sum")
+    __slots__ = ("observe", "least", "_first", "_sum", "_values", "__weakref__")
 
     def __init__(self, histogram: SlotHistogram, least: float):
         self.observe, self.least = histogram.observe, least
-        self._first, self._sum = histogram._buckets[0], histogram._sum
+        self._values = histogram._values[0][0], histogram._values[1]
+        self.repoint()
+        hold(self, histogram._values[1])
+
+    def repoint(self) -> None:
+        """Take the slots of the first bucket and the sum again (they moved)."""
+        self._first, self._sum = self._values[0]._slot, self._values[1]._slot
 
     def add_least(self, count: int, total: float) -> None:
         """Count ``count`` gaps at or under ``least``, ``total`` seconds in all."""

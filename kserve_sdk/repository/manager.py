@@ -32,7 +32,7 @@ from ..logging import logger
 from .errors import RepositoryError, first_line
 from .loading import Built, build_and_load
 from .lru import LoadedSet, NoRoom
-from .memory import model_size, rss_bytes
+from .memory import HeapTrim, model_size, rss_bytes
 from .options import LAZY, NONE, POLL, RepositoryOptions, resolve_location
 from .scan import RepositoryEntry, VersionSource, fingerprinted, scan
 from .versions import highest, ordered
@@ -105,6 +105,7 @@ class RepositoryManager:
         self._sizes: Dict[Key, int] = {}  # what each version took when it was last loaded
         self._lru = LoadedSet()
         self._pool: Optional[ThreadPoolExecutor] = None
+        self._heap = HeapTrim(lambda *call: self._threads().submit(*call))
         self._tasks: Set[asyncio.Task[Any]] = set()
         self._said: Set[str] = set()
         self._reserved: Set[str] = set()  # names the server's own models have: not served from the repository
@@ -467,6 +468,7 @@ class RepositoryManager:
         if record.model is not None:
             self._by_model.pop(id(record.model), None)
             executor.forget(record.model)
+            self._heap.soon()
         metrics.repository_loaded(len(self._by_model))
 
     def _forget_series(self, name: str) -> None:
@@ -665,6 +667,7 @@ class RepositoryManager:
         """The server stops: no more rescans or loads (a load running on a thread finishes on its own)."""
         for task in list(self._tasks):
             task.cancel()
+        self._heap.cancel()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 

@@ -49,7 +49,7 @@ def _new_counters(model_name: str, kind: str, slots: int) -> memoryview:
     if not directory:
         return memoryview(bytearray(8 * slots)).cast("q")
     path = os.path.join(directory, f"{_file_prefix(model_name, kind)}{os.getpid()}.bin")
-    with open(path, "a+b") as f:  # a file this process made before (forget_model) keeps its counts
+    with open(path, "a+b") as f:
         if os.fstat(f.fileno()).st_size < 8 * slots:
             f.truncate(8 * slots)
         # int64 slots of the mapping through a memoryview: indexing it is C-fast, unlike numpy scalars
@@ -71,12 +71,19 @@ def _batch_counters_of(model_name: str) -> memoryview:
 
 
 def forget_model(model_name: str) -> None:
-    """Unmap this process's counters of ``model_name`` (a model repository's model no longer loaded): their
-    files keep the counts, which statistics requests still sum and a later call of the model adds to. Without a
-    metrics directory the counters are this process's memory, and stay."""
-    if _directory():
-        _counters.pop(model_name, None)
-        _batch_counters.pop(model_name, None)
+    """Drop this process's counters of ``model_name`` (a model repository's model no longer loaded), as Triton
+    drops an unloaded model's statistics: they are unmapped and this process's files of the model removed, so
+    the totals leave out its counts and a later call of the model counts from 0. Without a metrics directory
+    the counters are this process's memory, and stay."""
+    directory = _directory()
+    if not directory:
+        return
+    for kind, counters in (("stats", _counters), ("batches", _batch_counters)):
+        if counters.pop(model_name, None) is not None:
+            try:
+                os.unlink(os.path.join(directory, f"{_file_prefix(model_name, kind)}{os.getpid()}.bin"))
+            except FileNotFoundError:
+                pass
 
 
 def record_success(model_name: str, timings: Any, total_ns: int) -> None:
