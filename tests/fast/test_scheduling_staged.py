@@ -71,6 +71,7 @@ def test_the_thread_that_ends_a_call_runs_the_waiting_ones_in_priority_order_its
         assert queue.waiting == 2 and queue.free == 0
         jobs.gates["first"].set()
         results = [await f for f in (first, high, low)]
+        await _until(lambda: queue.free == 1)  # the thread hands the slot on just after its answer is queued
         return results, jobs.started, timings, queue
 
     results, started, timings, queue = _run(scenario)
@@ -92,6 +93,7 @@ def test_a_staged_call_whose_deadline_passes_while_it_waits_never_runs_and_the_n
             await late
         jobs.gates["first"].set()
         await first, await after
+        await _until(lambda: queue.free == 1)
         return jobs.names(), queue
 
     names, queue = _run(scenario)
@@ -145,6 +147,7 @@ def test_a_cancelled_staged_call_leaves_the_queue_unrun_and_the_slot_is_not_lost
         jobs.gates["first"].set()
         await first
         assert await _staged(queue, jobs, "later") == ("later", 0.0)
+        await _until(lambda: queue.free == 1)
         return jobs.names(), queue
 
     names, queue = _run(scenario)
@@ -193,6 +196,7 @@ def test_a_staged_call_whose_thread_starts_it_too_near_its_deadline_is_rejected_
         await first
         with pytest.raises(QueueTimeout, match="waited 5000 ms"):
             await late
+        await _until(lambda: queue.free == 1)
         return jobs.names(), queue
 
     names, queue = _run(scenario)
