@@ -557,9 +557,14 @@ class DataPlane:
             headers = call.headers if call is not None else {}
         if model is None:
             model = self._model_registry.get_model(model_name)
-        ticket, deadline = self.scheduler.admit(self._queue_key(model_name, model), model, parameters, headers,
-                                                call.started if call is not None else None)
+        ticket, deadline = self._admit(model_name, model, parameters, headers, call)
         return ModelCall(self, model_name, timings_of(call), headers, ticket, deadline)
+
+    def _admit(self, model_name: str, model: Any, parameters: Optional[Dict[str, Any]], headers: Dict[str, str],
+               call: Optional[Call]) -> Tuple[Optional[Ticket], Optional[Deadline]]:
+        """The call's place in its model's queue and its deadline, both counted from its arrival."""
+        return self.scheduler.admit(self._queue_key(model_name, model), model, parameters, headers,
+                                    call.started if call is not None else None)
 
     def _version_answering(self, model: Any) -> Optional[str]:
         """The version of a repository model that answered a request naming none (None for other models)."""
@@ -607,9 +612,8 @@ class DataPlane:
         streams = callable(getattr(model, "stream", None))
         items = model.stream(request, headers, response_headers, timings) if streams else None
         protocol = call.protocol if call is not None else protocol
-        ticket, deadline = self.scheduler.admit(self._queue_key(model_name, model), model,
-                                                request.parameters if isinstance(request, InferRequest) else None,
-                                                headers, call.started if call is not None else None)
+        ticket, deadline = self._admit(model_name, model,
+                                       request.parameters if isinstance(request, InferRequest) else None, headers, call)
         repository = self.repository
         if repository is not None:
             repository.begin(model)  # a repository model is not evicted, nor stopped by a reload, mid-stream
@@ -636,8 +640,7 @@ class DataPlane:
 
         items = model.stream_in(remembered(), headers)
         protocol = call.protocol if call is not None else protocol
-        ticket, deadline = self.scheduler.admit(self._queue_key(model_name, model), model, None, headers,
-                                                call.started if call is not None else None)
+        ticket, deadline = self._admit(model_name, model, None, headers, call)
         repository = self.repository
         if repository is not None:
             repository.begin(model)

@@ -310,9 +310,7 @@ class Model(InferenceModel):
         explain, no preprocess, postprocess, validate or batching of its own): with a scheduling policy, that
         stage waits for the model's slot with its thread job ready, and the slot passes between such calls on
         the model's thread (kserve_sdk/scheduling/queue.py)."""
-        cls = type(self)
-        if cls.preprocess is not Model.preprocess or cls.postprocess is not Model.postprocess \
-                or cls.validate is not Model.validate:
+        if self._overrides("preprocess") or self._overrides("postprocess") or self._overrides("validate"):
             return False
         if verb is InferenceVerb.EXPLAIN:
             return stage_kind(self.explain) == "sync"
@@ -338,7 +336,7 @@ class Model(InferenceModel):
         return self._batcher
 
     def _overrides(self, stage: str) -> bool:
-        """Whether this model's class overrides Model's ``stage`` ("preprocess" or "postprocess"). Model's
+        """Whether this model's class overrides Model's ``stage`` ("preprocess", "postprocess", "validate"). Model's
         own pass their input through, so callers skip them, and the coroutine each would cost."""
         return getattr(type(self), stage) is not getattr(Model, stage)
 

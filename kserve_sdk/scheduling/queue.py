@@ -175,13 +175,13 @@ class ModelQueue:
         ``staged`` waiter's deadline has a timer of its own (:meth:`_deadline_passed`)."""
         now = monotonic()
         limit = None if deadline is None else max(deadline.at - loop.time(), 0.0)
-        left = timeout  # what is left of the timeout (None: none)
-        if timeout is not None and since is not None:
-            left = max(timeout - (waiter.queued - since), 0.0)
-        if timeout is not None and left is not None and (limit is None or self._delay or left <= limit):
-            waiter.timers.append(loop.call_later(left, self._expire, waiter, timeout))
-            if not self._delay:
-                waiter.rejected_at, waiter.timeout = now + left, timeout
+        left = None  # what is left of the timeout (None: no timeout)
+        if timeout is not None:
+            left = timeout if since is None else max(timeout - (waiter.queued - since), 0.0)
+            if limit is None or self._delay or left <= limit:
+                waiter.timers.append(loop.call_later(left, self._expire, waiter, timeout))
+                if not self._delay:
+                    waiter.rejected_at, waiter.timeout = now + left, timeout
         if deadline is not None and limit is not None and (left is None or self._delay or limit < left):
             # the message names the deadline's whole span: the call has waited that long since it arrived
             if not staged:
@@ -205,16 +205,7 @@ class ModelQueue:
     def _deadline_passed(self, waiter: _Waiter, deadline: "Deadline") -> None:
         """A staged call's deadline: still waiting, it is rejected (it never runs); running, its caller is
         answered now (its thread goes on, keeping the slot until it ends)."""
-        with self._lock:
-            waiting = not waiter.done
-            if waiting:
-                self._drop(waiter)
-        if waiter.future.done():
-            return
-        if waiting:
-            metrics.queue_rejected(self.model_name, "expired")
-            waiter.future.set_exception(QueueTimeout(self.model_name, deadline.seconds))
-        else:
+        if not self._reject(waiter, deadline.seconds) and not waiter.future.done():
             waiter.future.set_exception(DeadlineExceeded(self.model_name, deadline.seconds, deadline.source))
 
     def _staged_settled(self, waiter: _Waiter, future: asyncio.Future) -> None:
@@ -235,19 +226,12 @@ class ModelQueue:
         """A call (of ``level``) that held a slot has ended: the slot goes to the next waiting call, or is free.
         A call too near its rejection to reach its model in time is rejected instead (:data:`START_GUARD_S`).
         A foreground call's slot is kept from background work for :attr:`background_yield`."""
-        now = monotonic()
-        with self._lock:
-            if self.background_yield and level != self.background:
-                self._yield_until = now + self.background_yield
-        self._hand_on(now)
+        self._hand_on(monotonic(), level)
 
-    def _hand_on(self, now: float) -> None:
-        """On the loop: the slot being freed goes to the next waiting call, or is free."""
-        rejected: List[_Waiter] = []
-        with self._lock:
-            waiter, kept = self._take_next(now, rejected)
-            if waiter is None and self.free >= 0:
-                self.free += 1
+    def _hand_on(self, now: float, level: Optional[int] = None) -> None:
+        """On the loop: the slot being freed (by a call of ``level``; None: by no call) goes to the next waiting
+        call, or is free."""
+        waiter, kept, rejected = self._release(now, level)
         self._settle_rejected(rejected)
         if kept:
             self._after_yield()
@@ -258,14 +242,7 @@ class ModelQueue:
         """On a model thread whose staged call of ``level`` has ended: the slot goes to the next waiting call.
         Returns the next call's job when it is staged (the thread runs it now), else None (the loop grants it
         the slot, or the slot is free)."""
-        now = monotonic()
-        rejected: List[_Waiter] = []
-        with self._lock:
-            if self.background_yield and level != self.background:
-                self._yield_until = now + self.background_yield
-            waiter, kept = self._take_next(now, rejected)
-            if waiter is None and self.free >= 0:
-                self.free += 1
+        waiter, kept, rejected = self._release(monotonic(), level)
         loop = self._loop
         if loop is None or loop.is_closed():
             return None
@@ -282,6 +259,19 @@ class ModelQueue:
         except RuntimeError:  # the loop closed meanwhile: nobody waits any more
             pass
         return None
+
+    def _release(self, now: float, level: Optional[int]) -> Tuple[Optional[_Waiter], bool, List[_Waiter]]:
+        """A slot freed by a call of ``level`` (None: by no call): under the lock, a foreground call's slot is
+        kept from background work for the yield, and the next waiting call is taken (else the slot is free).
+        Returns that call, whether background work waits for the yield, and the calls rejected on the way."""
+        rejected: List[_Waiter] = []
+        with self._lock:
+            if self.background_yield and level is not None and level != self.background:
+                self._yield_until = now + self.background_yield
+            waiter, kept = self._take_next(now, rejected)
+            if waiter is None and self.free >= 0:
+                self.free += 1
+        return waiter, kept, rejected
 
     def _take_next(self, now: float, rejected: List[_Waiter]) -> Tuple[Optional[_Waiter], bool]:
         """Under the lock: the next waiting call, taken out of the queue (None: none may have the slot), and
@@ -313,9 +303,7 @@ class ModelQueue:
 
     def _settle_rejected(self, rejected: List[_Waiter]) -> None:
         for waiter in rejected:
-            metrics.queue_rejected(self.model_name, "expired")
-            if not waiter.future.done():
-                waiter.future.set_exception(QueueTimeout(self.model_name, waiter.timeout))
+            self._expired(waiter, waiter.timeout)
 
     # --- the yield to foreground calls -----------------------------------------------------------------------
     def _yielding(self, now: float) -> bool:
@@ -370,13 +358,20 @@ class ModelQueue:
                 waiter.position += 1  # its old entry is stale; it now waits behind its level's other calls
                 self._delayed[waiter.level].append((waiter, waiter.position))
 
-    def _reject(self, waiter: _Waiter, timeout: float) -> None:
+    def _reject(self, waiter: _Waiter, timeout: float) -> bool:
+        """Reject the waiter if it still waits (answered 504 after ``timeout``); False if it does not."""
         with self._lock:
             if waiter.done or waiter.future.done():
-                return
+                return False
             self._drop(waiter)
+        self._expired(waiter, timeout)
+        return True
+
+    def _expired(self, waiter: _Waiter, timeout: float) -> None:
+        """On the loop: answer a waiter taken out of the queue as one whose ``timeout`` passed."""
         metrics.queue_rejected(self.model_name, "expired")
-        waiter.future.set_exception(QueueTimeout(self.model_name, timeout))
+        if not waiter.future.done():
+            waiter.future.set_exception(QueueTimeout(self.model_name, timeout))
 
     def _drop(self, waiter: _Waiter) -> None:
         waiter.done = True
