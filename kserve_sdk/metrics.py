@@ -430,18 +430,54 @@ def render(accept: Optional[str]) -> Tuple[bytes, str]:
     """The scrape body (summed over all workers) and its content type, negotiated from ``Accept``."""
     from prometheus_client import CollectorRegistry, ProcessCollector, exposition
 
+    encoder, content_type = exposition.choose_encoder(accept or "")
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not directory:
+        from prometheus_client import REGISTRY
+
+        return encoder(REGISTRY), content_type
+    scraper = _scraper(directory)
     registry = CollectorRegistry()
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if scraper is None:
         from prometheus_client import multiprocess
 
         multiprocess.MultiProcessCollector(registry)
-        ProcessCollector(registry=registry)
-    else:
-        from prometheus_client import REGISTRY as registry
-    encoder, content_type = exposition.choose_encoder(accept or "")
-    for _ in range(2):
+    ProcessCollector(registry=registry)
+    for attempt in range(3):
         try:
-            return encoder(registry), content_type
+            if scraper is None:
+                return encoder(registry), content_type
+            return _scraped(scraper, encoder, registry, content_type), content_type
         except FileNotFoundError:  # a dead worker's file went (folded into the dead totals) while it was read
-            continue
-    return encoder(registry), content_type
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _scraped(scraper: Any, encoder: Callable, process: Any, content_type: str) -> bytes:
+    """The multi-process files as ``scraper`` writes them, then the process's own metrics (``process``) as
+    prometheus-client's ``encoder`` writes them, in the negotiated format."""
+    from prometheus_client.openmetrics.exposition import UNDERSCORES
+
+    openmetrics_format = content_type.startswith("application/openmetrics-text")
+    escaping = getattr(encoder, "keywords", {}).get("escaping", UNDERSCORES)
+    files = scraper.render(openmetrics_format, escaping).encode("utf-8")
+    own = encoder(process)
+    return files + own  # OpenMetrics' "# EOF" ends the process's part, and so the whole
+
+
+_scrapers: Dict[str, Any] = {}
+
+
+def _scraper(directory: str) -> Any:
+    """The directory's reader of internals/prometheus_scrape.py, or None with the internals off."""
+    from .internals import ENABLED
+
+    if not ENABLED:
+        return None
+    scraper = _scrapers.get(directory)
+    if scraper is None:
+        from .internals.prometheus_scrape import Scraper
+
+        scraper = _scrapers[directory] = Scraper(directory)
+    return scraper

@@ -216,6 +216,37 @@ def test_prometheus_tricks_off_leave_prometheus_client_alone(tmp_path):
     assert out.split() == ["MmapedValue", "True"]  # the class values.MultiProcessValue() makes
 
 
+PROMETHEUS_SCRAPE = """
+import os
+from kserve_sdk import metrics
+metrics.setup()
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Summary, exposition, multiprocess
+from prometheus_client import openmetrics, utils
+for module, name in ((openmetrics.exposition, "escape_metric_name"), (openmetrics.exposition, "escape_label_name"),
+                     (openmetrics.exposition, "UNDERSCORES"), (utils, "floatToGoString")):
+    assert hasattr(module, name), f"{module.__name__} has no {name}"
+Counter("c", "a counter", ["model_name"]).labels('say "hi"\\n').inc(2)
+Gauge("g", "a gauge", multiprocess_mode="max").set(3)
+Gauge("per_pid", "a gauge of each process", multiprocess_mode="all").set(4)
+Histogram("h", "a histogram", ["model_name"], buckets=(0.1, 1.0)).labels("m").observe(0.5)
+Summary("s", "a summary").observe(2.5)
+for accept in ("", "application/openmetrics-text; version=1.0.0"):
+    ours = metrics.render(accept)[0].decode()
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    theirs = exposition.choose_encoder(accept)[0](registry).decode()
+    own = [line for line in ours.splitlines() if "process_" not in line and line != "# EOF"]
+    print(sorted(own) == sorted(line for line in theirs.splitlines() if line != "# EOF"), len(own),
+          ours.endswith("# EOF\\n"))
+"""
+
+
+def test_a_scrape_of_the_metric_files_writes_what_prometheus_client_writes(tmp_path):
+    """prometheus_scrape: the multi-process file layout, the merge, and the encoders' escaping helpers."""
+    lines = _run_python(PROMETHEUS_SCRAPE, tmp_path).splitlines()
+    assert lines == ["True 20 False", "True 20 True"]
+
+
 class _Hello(RequestHandler):
     def get(self) -> None:
         self.set_header("x-request-id", "rid-1")

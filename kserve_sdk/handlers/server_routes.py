@@ -1,4 +1,6 @@
 """The server's own routes: ``GET /`` (the process is alive) and ``GET /metrics`` (Prometheus)."""
+import asyncio
+
 from .. import metrics
 from .api import RestAPI
 from .base import BaseHandler
@@ -18,8 +20,10 @@ class MetricsHandler(BaseHandler):
 
     endpoint = "metrics"
 
-    def get(self) -> None:
-        body, content_type = metrics.render(self.request.headers.get("Accept"))
+    async def get(self) -> None:
+        # On a thread: the event loop goes on serving while a large scrape is written.
+        body, content_type = await asyncio.get_running_loop().run_in_executor(
+            None, metrics.render, self.request.headers.get("Accept"))
         self.send_body(body, content_type)
 
 

@@ -9,6 +9,8 @@ internal, when a pinned library no longer has what a trick uses.
 - :mod:`.prometheus_values`: prometheus-client's ``values.ValueClass`` and its multi-process file layout
   (series of unloaded models compacted out of the files)
 - :mod:`.prometheus_writers`: a metric child's ``_value``, ``_buckets``, ``_sum`` and ``_upper_bounds``
+- :mod:`.prometheus_scrape`: the multi-process files' layout, read back, and prometheus-client's merge and text
+  formats written again for ``/metrics`` (each entry parsed once, each sample's text kept)
 - :mod:`.prometheus_children`: a labelled metric's ``_labelnames``, ``_metrics`` and ``_lock`` (dropping an
   evicted repository model's children, whose series are then let go)
 - :mod:`.tornado_accept`: ``TCPServer._handle_connection`` (accepting for idle workers first)
