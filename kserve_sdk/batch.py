@@ -152,44 +152,59 @@ class StepBatcher:
             self._first_at = loop.time()
         metrics.batch_rows_waiting(self.model_name, self.spec.name, -len(rows))
         self._running = True
-        loop.create_task(self._step(rows))
+        started = time.perf_counter()
+        if self._sync:
+            self._sync_step(rows, started)
+        else:
+            loop.create_task(self._async_step(rows, started))
 
-    async def _step(self, rows: List[_Row]) -> None:
-        items = [item for item, _, _, _ in rows]
-        start = time.perf_counter()
+    def _sync_step(self, rows: List[_Row], started: float) -> None:
+        """A plain ``def`` step: handed to a model thread at once, with no task and no turn of the loop first."""
         try:
-            results = await self._run(items)
-            problem = _shape_problem(results, len(items))
-            if problem is not None:
-                raise InferenceError(f"model '{self.model_name}': @batch method {self.spec.name}() {problem}")
-        except BaseException as e:  # the whole step failed: every row with the model's error
-            error = model_error(self.model_name, e) or e
-            for _, future, _, _ in rows:
-                if future.done():
-                    continue
-                if isinstance(e, Exception):
-                    future.set_exception(error)
-                else:  # the step itself was cancelled (the server stops)
-                    future.cancel()
-            if not isinstance(e, Exception):
+            running = executor.run_sync(self.spec.method, self.model, [item for item, _, _, _ in rows])
+        except Exception as e:  # no thread to run it on (the server stops): the rows fail, the batcher goes on
+            self._end(rows, started, None, e)
+            return
+        running.add_done_callback(functools.partial(self._thread_step_ended, rows, started))
+
+    async def _async_step(self, rows: List[_Row], started: float) -> None:
+        try:
+            results = await self.spec.method(self.model, [item for item, _, _, _ in rows])
+        except BaseException as e:
+            self._end(rows, started, None, e)
+            if not isinstance(e, Exception):  # the step itself was cancelled (the server stops)
                 raise
         else:
-            for (_, future, _, _), result in zip(rows, results, strict=True):
-                if future.done():
-                    continue
-                if isinstance(result, Exception):
-                    future.set_exception(result)
-                else:
-                    future.set_result(result)
-        finally:
-            self._finished(len(rows), time.perf_counter() - start)
-            if tracing.spans is not None:  # the step's span, linked to the spans of the calls it served
-                tracing.spans.batch_step(self.model_name, self.spec.name, start, rows)
+            self._end(rows, started, results, None)
 
-    def _run(self, items: List[Any]) -> Any:
-        if self._sync:
-            return executor.run_sync(self.spec.method, self.model, items)
-        return self.spec.method(self.model, items)
+    def _thread_step_ended(self, rows: List[_Row], started: float, running: "asyncio.Future[Any]") -> None:
+        if running.cancelled():
+            self._end(rows, started, None, asyncio.CancelledError())
+        else:
+            error = running.exception()
+            self._end(rows, started, None if error is not None else running.result(), error)
+
+    def _end(self, rows: List[_Row], started: float, results: Any, error: Optional[BaseException]) -> None:
+        """Hand each row its result, or every row the step's error (``error``: the method raised)."""
+        try:
+            if error is None:
+                problem = _shape_problem(results, len(rows))
+                if problem is not None:
+                    error = InferenceError(f"model '{self.model_name}': @batch method {self.spec.name}() {problem}")
+            if error is None:
+                for (_, future, _, _), result in zip(rows, results, strict=True):
+                    if future.done():
+                        continue
+                    if isinstance(result, Exception):
+                        future.set_exception(result)
+                    else:
+                        future.set_result(result)
+            else:  # the whole step failed: every row with the model's error
+                _fail(rows, self.model_name, error)
+        finally:
+            self._finished(len(rows), time.perf_counter() - started)
+            if tracing.spans is not None:  # the step's span, linked to the spans of the calls it served
+                tracing.spans.batch_step(self.model_name, self.spec.name, started, rows)
 
     def _finished(self, size: int, seconds: float) -> None:
         stats = self._stats
@@ -201,6 +216,18 @@ class StepBatcher:
         statistics.record_batch_step(self.model_name, size, seconds)
         self._running = False
         self._schedule(asyncio.get_event_loop())
+
+
+def _fail(rows: List[_Row], model_name: str, e: BaseException) -> None:
+    """Every row of a failed step: the model's error, or cancelled when the step itself was."""
+    error = model_error(model_name, e) or e
+    for _, future, _, _ in rows:
+        if future.done():
+            continue
+        if isinstance(e, Exception):
+            future.set_exception(error)
+        else:
+            future.cancel()
 
 
 def _shape_problem(results: Any, expected: int) -> Optional[str]:

@@ -5,6 +5,7 @@ import queue
 import re
 import socket
 import statistics
+import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as tgrpc
 
-from helpers import eventually, read_sse
+from helpers import eventually, read_sse, request
 from kserve_sdk.handlers.streaming import COALESCE_BYTES, CROWDED_COALESCE_SECONDS
 
 PROMPT = "the quick brown fox jumps over the lazy dog"
@@ -375,6 +376,38 @@ def test_a_client_that_reads_nothing_holds_a_fast_stream_back(server):
     # unread, the buffers hold about 4 MB (tcp_wmem's largest send buffer) and 64 KB of ours: some
     # 4,000 events; a stream that did not wait would have yielded tens of thousands a second
     assert 0 < yielded < 20_000, yielded
+
+
+def test_a_model_that_never_awaits_still_lets_other_requests_in(server):
+    """A flood (a model that yields without ever awaiting) read as fast as the client can: health probes sent
+    meanwhile are answered while it still streams, not once it ends (the stream gives the loop a turn every
+    32 events)."""
+    body = json.dumps({"text_input": "", "parameters": {"count": 50_000_000, "size": 1}}).encode()
+    sock = _posted(server.http_port, "/v2/models/flood/generate_stream", body)
+    received, stop = [0], threading.Event()
+
+    def read():
+        with sock:
+            while not stop.is_set() and (chunk := sock.recv(65536)):
+                received[0] += len(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        eventually(lambda: received[0] > 1_000_000, timeout=30, interval=0.01)
+        waits = []
+        for _ in range(5):
+            start = time.monotonic()
+            assert request(server.http_port, "GET", "/v2/health/live", timeout=30)[0] == 200
+            waits.append(time.monotonic() - start)
+        still, time_left = received[0], time.monotonic() + 10
+        while received[0] == still and time.monotonic() < time_left:  # the flood goes on after the probes
+            time.sleep(0.01)
+        assert received[0] > still
+    finally:
+        stop.set()
+        reader.join(timeout=30)
+    assert statistics.median(waits) < 0.5, waits
 
 
 def test_grpc_disconnect_cancels_the_generator(server):

@@ -1,6 +1,6 @@
 """Continuous batching: tokens per second and time to first token, @kserve_sdk.batch vs no batching vs LitServe.
 
-    .venv/bin/python hack/bench/cb_bench.py [--targets cb,unbatched,litserve] [--cases cb-stream@c32,...] \
+    .venv/bin/python hack/bench/cb_bench.py [--targets cb,unbatched,litserve,bare] [--cases cb-stream@c32,...] \
         [--duration 8] [--count 64]
 
 Every target runs cb_step.py's language-model step (a shared WIDTH x WIDTH part per step, then the rows
@@ -13,15 +13,20 @@ stopped by process group at exit, with one BLAS thread (OPENBLAS_NUM_THREADS=1 a
   litserve   hack/bench/litserve_cb.py: the same step in LitServe's ContinuousBatchingLoop (LitAPI with
              add_request / has_capacity / has_active_requests / step, max_batch_size=64), from the venv of
              setup_peers.sh; its own stream, POST /predict -> newline-delimited JSON
+  bare       hack/bench/cb_bare.py: the ceiling, the step batched by a few lines on bare Tornado (no SDK), on
+             the same wire as cb
 The load is stream_client.py in its own process: `conc` workers opening one stream of --count tokens after
-another for --duration s; only streams that bring exactly start, start + 1, ... count. Every stream asks for
---count tokens, so the workers' streams end on the same step and begin again together, a burst of conc new
-requests each time. With --stagger, worker i's first stream asks for --count x (i + 1) / conc tokens
-(stream_client.py --stagger): from then on the streams end, and new ones begin, on different steps, as
-independent clients' do; those first streams are left out of the time to first token. A row's rate is
-tokens per second over all streams, its p50/p99 the time to first token. Before the servers start, the step
-is timed unloaded at each case's concurrency (batch size); the table after the run gives the time to first
-token in those steps too. See README.md.
+another for --duration s; only streams that bring exactly start, start + 1, ... count.
+  cb-stream   every stream asks for --count tokens, so the workers' streams end on the same step and begin
+              again together, a burst of conc new requests each time: the time to first token is mostly the
+              server reading conc requests one after the other
+  cb-stagger  (32 streams) worker i's first stream asks for --count x (i + 1) / conc tokens (stream_client.py
+              --stagger; --stagger here does it in every case): from then on the streams end, and new ones
+              begin, on different steps, as independent clients' do, and the time to first token is what a
+              client arriving while the others stream waits; those first streams are left out of it
+A row's rate is tokens per second over all streams, its p50/p99 the time to first token. Before the servers
+start, the step is timed unloaded at each case's concurrency (batch size); the table after the run gives the
+time to first token in those steps too. See README.md.
 """
 
 import functools
@@ -36,10 +41,12 @@ import stream_bench
 from benchlib import HERE, HOST, REPO, Case
 
 MODEL = "lm"
-TARGETS = ["cb", "unbatched", "litserve"]
+TARGETS = ["cb", "unbatched", "litserve", "bare"]
 COUNT = 64
 CONCS = (1, 8, 32, 64)
-CASES = [Case("cb-stream", c, "sse", COUNT) for c in CONCS]
+#: cb-stream: every worker's streams ask for COUNT tokens, so they end, and begin again, together (a burst);
+#: cb-stagger: the same at 32 streams with --stagger, so that they begin on different steps
+CASES = [Case("cb-stream", c, "sse", COUNT) for c in CONCS] + [Case("cb-stagger", 32, "sse", COUNT)]
 #: one BLAS thread everywhere: the step's cost is the same in every target, and two shared cores are not split
 ONE_THREAD = {k: "1" for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
 
@@ -69,6 +76,16 @@ def ours_target(name, args):
                            http_port=http_port, ready=benchlib.http_ready("/v2/health/ready"))
 
 
+def bare_target(args):
+    """cb_bare.py: the step batched by a few lines on bare Tornado, the ceiling."""
+    port = benchlib.free_ports(1)[0]
+    return benchlib.Target("bare", cmd=[args.python, os.path.join(HERE, "cb_bare.py"), "--http_port", str(port)],
+                           env={"PYTHONPATH": HERE, **ONE_THREAD}, port=port, http_port=port,
+                           ready=benchlib.http_ready("/v2/health/ready"),
+                           desc="cb_bare.py: bare Tornado, orjson, the step batched in a few lines on a thread, "
+                                "each event flushed (no SDK)")
+
+
 def litserve_target(args):
     """litserve_cb.py from the litserve venv."""
     py, ver = peers._venv(args, "litserve", "litserve")
@@ -90,7 +107,8 @@ def make_targets(names, args, workdir, data):
         raise SystemExit(f"cb_bench serves only {', '.join(TARGETS)}, not {', '.join(bad)}")
     data["step_ms"] = step_ms(args, sorted({1, *CONCS}))
     print("  unloaded step: " + ", ".join(f"{n} rows {ms:.3f} ms" for n, ms in data["step_ms"].items()))
-    return [litserve_target(args) if n == "litserve" else ours_target(n, args) for n in names]
+    made = {"litserve": litserve_target, "bare": bare_target}
+    return [made[n](args) if n in made else ours_target(n, args) for n in names]
 
 
 def run_client(args, target, case, *extra, timeout):
@@ -98,7 +116,7 @@ def run_client(args, target, case, *extra, timeout):
            "--server", "litserve" if target.name == "litserve" else "ours", "--host", HOST,
            "--port", str(target.http_port), "--model", MODEL, "--count", str(args.count),
            "--conc", str(case.conc), "--stream-timeout", str(args.stream_timeout), *extra]
-    if args.stagger:
+    if args.stagger or case.name == "cb-stagger":
         cmd.append("--stagger")
     return stream_bench.stream_result(cmd, timeout)
 

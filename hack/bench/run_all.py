@@ -14,7 +14,8 @@ its end, also on errors and Ctrl-C; targets alternate within every cell):
   shm      shm_bench.py: 64 MiB via system shared memory vs binary REST, c1   kserve_sdk
   memory   memory_bench.py: RSS with 1/1,000/10,000 models, 5,000 idle connections, 100,000 requests
   cost     call_cost.py --server [--rest]: instructions per small gRPC / REST v2 request   bare, ours
-  cb       cb_bench.py: tokens/s and time to first token at 1/8/32/64 streams   cb, unbatched, litserve
+  cb       cb_bench.py: tokens/s and time to first token at 1/8/32/64 streams beginning together, 32 apart
+           cb, unbatched, bare, litserve
   sched    sched_bench.py: a 10 ms model, instance_count=1, offered 2x its capacity, priorities on/off   kserve_sdk
            (SCHED_BENCH_SECONDS per phase, default 20; 3 with --quick)
   jobs     jobs_bench.py: durable jobs submitted and completed per second (SQLite, Redis) beside synchronous
@@ -236,8 +237,8 @@ def group_cost(opts, targets):
 
 
 def group_cb(opts, targets):
-    """cb_bench: @kserve_sdk.batch, the same model unbatched, and LitServe's loop (when litserve is a target);
-    each cell also gets its time to first token in unloaded steps."""
+    """cb_bench: @kserve_sdk.batch, the same model unbatched, the bare ceiling and LitServe's loop (when litserve
+    is a target); each cell also gets its time to first token in unloaded steps."""
     names = [t for t in cb_bench.TARGETS if t != "litserve" or "litserve" in targets]
     args = bench_args(cb_bench, opts, names)
     bench = cb_bench.spec(args)

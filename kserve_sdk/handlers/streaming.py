@@ -64,6 +64,7 @@ class StreamingHandler(BaseHandler):
         _sending += 1
         # the headers go with the first response: a model may set response_headers until it yields it
         self._encode, self._stream_headers = encode, (content_type, response_headers)
+        self._loop = asyncio.get_running_loop()
         try:
             try:
                 if hasattr(items, "pump"):
@@ -109,10 +110,11 @@ class StreamingHandler(BaseHandler):
             # Tornado leaves Nagle's algorithm on until the response ends: a stream's events go out
             # when written, not when the peer's acknowledgement of the last one comes back.
             self.request.connection.stream.set_nodelay(True)
-            self.write(chunk)
-            self._unsent, self._sent = [], 1
-            self._flushed_at = asyncio.get_running_loop().time()
-            return self.flush()
+            self._unsent, self._sent = [chunk], 1
+            # Not awaited: the model goes on at once (a batched model's next step waits for every stream
+            # it serves to ask again), unless the socket did not take it all.
+            self._flush_unsent()
+            return self._behind
         waiting = self._queue(chunk)
         self._sent += 1
         if waiting is None and self._behind is not None:
@@ -140,7 +142,7 @@ class StreamingHandler(BaseHandler):
             self._write_unsent()
             return self.flush()  # awaited: a slow client slows the stream, not our memory
         if self._flush_timer is None:
-            loop = asyncio.get_running_loop()
+            loop = self._loop
             due = self._flushed_at + (COALESCE_SECONDS if _sending == 1 else CROWDED_COALESCE_SECONDS)
             if loop.time() < due or self._behind is not None:
                 self._flush_timer = loop.call_at(due, self._timed_flush)
@@ -154,7 +156,7 @@ class StreamingHandler(BaseHandler):
             self.write(b"".join(self._unsent))
             self._unsent.clear()
         self._unsent_bytes = 0
-        self._flushed_at = asyncio.get_running_loop().time()
+        self._flushed_at = self._loop.time()
 
     def _timed_flush(self) -> None:
         self._flush_timer = None
