@@ -443,15 +443,16 @@ def render(accept: Optional[str]) -> Tuple[bytes, str]:
 
         multiprocess.MultiProcessCollector(registry)
     ProcessCollector(registry=registry)
-    for attempt in range(3):
+
+    def body() -> bytes:
+        return encoder(registry) if scraper is None else _scraped(scraper, encoder, registry, content_type)
+
+    for _ in range(2):
         try:
-            if scraper is None:
-                return encoder(registry), content_type
-            return _scraped(scraper, encoder, registry, content_type), content_type
+            return body(), content_type
         except FileNotFoundError:  # a dead worker's file went (folded into the dead totals) while it was read
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+            continue
+    return body(), content_type
 
 
 def _scraped(scraper: Any, encoder: Callable, process: Any, content_type: str) -> bytes:

@@ -8,8 +8,8 @@ encoders write for them (text 0.0.4 and OpenMetrics 1.0, with its name escaping)
 
 Why: prometheus-client parses every entry's JSON key and formats every sample's labels again on each scrape, on
 the event loop, which costs a server of many models a pause at every scrape. Here a file is parsed once: until it
-is compacted (another file, renamed over it) it only grows, so a scrape parses only the entries added since the
-last one. Each sample's line up to its value is kept, and the text of its value while it stays the same, so a
+is compacted (another file, renamed over it, with another generation in its header) it only grows, so a scrape
+parses only the entries added since the last one. Each sample's line up to its value is kept, and the text of its value while it stays the same, so a
 scrape reads the numbers and writes those that changed. The figures are in docs/performance.md.
 
 Plain path (``KSERVE_SDK_INTERNALS=off``, or any other collector in the registry): metrics.render uses
@@ -52,13 +52,14 @@ class _Histogram:
 
 
 class _File:
-    """What is known of one file: its inode, how far it is parsed, and its entries' value offsets (in doubles)
-    and sample ids."""
+    """What is known of one file: its identity (inode, and the generation prometheus_values writes in the
+    header's padding, as an inode can be reused), how far it is parsed, and its entries' value offsets (in
+    doubles) and sample ids."""
 
-    __slots__ = ("inode", "parsed", "offsets", "sids", "families")
+    __slots__ = ("identity", "parsed", "offsets", "sids", "families")
 
-    def __init__(self, inode: int):
-        self.inode, self.parsed = inode, 8
+    def __init__(self, identity: Tuple[int, bytes]):
+        self.identity, self.parsed = identity, 8
         self.offsets: List[int] = []
         self.sids: List[int] = []
         self.families: Set[str] = set()  # a family is written when a file has an entry of it, even without samples
@@ -123,10 +124,10 @@ class Scraper:
         with open(os.path.join(self._directory, name), "rb") as stream:
             inode = os.fstat(stream.fileno()).st_ino
             data = stream.read()
-        used = int.from_bytes(data[0:4], "little")
+        used, identity = int.from_bytes(data[0:4], "little"), (inode, data[4:8])
         known = self._files.get(name)
-        if known is None or known.inode != inode or known.parsed > used:
-            known = self._files[name] = _File(inode)
+        if known is None or known.identity != identity or known.parsed > used:
+            known = self._files[name] = _File(identity)
         if known.parsed < used:
             self._parse(known, data, used, parts)
         doubles = memoryview(data)[:len(data) & ~7].cast("d")

@@ -62,7 +62,9 @@ def _entry_size(encoded_length: int) -> int:
 class _ValueFile:
     """One ``<kind>_<pid>.db``: a 4-byte count of the bytes used, 4 bytes of padding, then one entry per
     value: the key's length (4 bytes), the UTF-8 key padded with spaces to a multiple of 8 (counting the
-    length), the value and a timestamp (two doubles). This is the layout prometheus-client reads."""
+    length), the value and a timestamp (two doubles). This is the layout prometheus-client reads. The padding
+    holds a random generation, new whenever the file is made or compacted, which prometheus-client ignores and
+    :mod:`.prometheus_scrape` uses to tell a file from the one it replaced."""
 
     def __init__(self, kind: str, shard: int, path: str):
         self.kind, self.shard, self._path = kind, shard, path
@@ -160,7 +162,7 @@ class _ValueFile:
         self._maps = []
         self._doubles = self._map(new_file)
         self._maps[-1][8:used] = b"".join(old[begin:end] for begin, end in runs)
-        self._maps[-1][0:4] = _INT.pack(used)
+        self._maps[-1][0:8] = _INT.pack(used) + os.urandom(4)  # the bytes used, and the file's generation
         os.replace(temporary, self._path)
         self._file.close()  # the old mappings stay valid while views of them live
         self._file, self._used, self._dead = new_file, used, 0
@@ -198,7 +200,7 @@ def _create(path: str) -> None:
     """A new, empty file at ``path``, made whole under a temporary name first: a scrape never reads it empty."""
     temporary = path + ".new"  # not *.db: scrapes do not read it
     with open(temporary, "w+b") as file:
-        file.write(_INT.pack(8))  # the bytes used: the header alone
+        file.write(_INT.pack(8) + os.urandom(4))  # the bytes used (the header alone), and the file's generation
         file.truncate(_INITIAL_SIZE)
     os.replace(temporary, path)
 

@@ -1,10 +1,12 @@
 """kserve_sdk/internals/prometheus_scrape.py reads a metrics directory into the same samples, help and types as
 prometheus-client's MultiProcessCollector and encoders (text 0.0.4 and OpenMetrics 1.0), in both formats' own
 parsers: over several processes' files, every gauge mode, histograms and summaries, files that grow between
-scrapes, files replaced by a compaction, files that go, and label values and help that need escaping. The files
-are written by prometheus-client's own writer (MmapedDict)."""
+scrapes, files replaced by a compaction (or rewritten in place under a new generation), files that go, and label
+values and help that need escaping. The files are written by prometheus-client's own writer (MmapedDict), and by
+internals/prometheus_values.py's values, compacted."""
 import json
 import os
+from types import SimpleNamespace
 
 import pytest
 from prometheus_client import CollectorRegistry, exposition, multiprocess
@@ -13,7 +15,9 @@ from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families as text_families
 
+from kserve_sdk.internals import prometheus_values
 from kserve_sdk.internals.prometheus_scrape import Scraper
+from kserve_sdk.internals.prometheus_values import SlotValue, let_go
 
 OPENMETRICS = ("application/openmetrics-text; version=1.0.0", openmetrics_families)
 TEXT = ("text/plain; version=0.0.4", text_families)
@@ -150,3 +154,38 @@ def test_a_missing_file_that_is_not_a_live_gauge_is_raised_for_the_scrape_to_be_
     monkeypatch.setattr(os, "listdir", lambda _: listed + ["counter_999.db"])
     with pytest.raises(FileNotFoundError):
         scraper.render(False, openmetrics.UNDERSCORES)
+
+
+def test_a_file_rewritten_in_place_under_another_generation_is_parsed_anew(tmp_path):
+    """An inode can be reused by the file that replaces another: the generation in the header tells them apart."""
+    write(tmp_path, "counter_1_101.db", [("requests", "requests_total", {"model_name": "a"}, 1.0)])
+    scraper = Scraper(str(tmp_path))
+    assert_same(tmp_path, scraper)
+    other = tmp_path / "other"
+    other.mkdir()
+    write(other, "counter_1_101.db", [("requests", "requests_total", {"model_name": name}, 2.0)
+                                      for name in ("long-model-name-b", "c", "d")])
+    replacement = bytearray((other / "counter_1_101.db").read_bytes())
+    replacement[4:8] = b"gen2"
+    with open(tmp_path / "counter_1_101.db", "r+b") as same_inode:
+        same_inode.write(replacement)
+    assert_same(tmp_path, scraper)
+
+
+def test_made_and_compacted_value_files_get_a_new_generation_each(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    monkeypatch.setattr(prometheus_values, "_files", {})
+    kept = SlotValue("counter", "requests", "requests_total", ["model_name"], ["kept"], HELP)
+    kept.inc(3)
+    scraper = Scraper(str(tmp_path))
+    assert_same(tmp_path, scraper)
+    (path,) = tmp_path.glob("counter_*.db")
+    made = path.read_bytes()[4:8]
+    for index in range(2000):  # enough series let go for the file to be compacted
+        gone = SlotValue("counter", "requests", "requests_total", ["model_name"], [f"m{index}"], HELP)
+        gone.inc(1)
+        let_go([SimpleNamespace(_value=gone)])
+    assert path.read_bytes()[4:8] != made
+    kept.inc(1)
+    assert_same(tmp_path, scraper)
+    assert "requests_total{model_name=\"kept\"} 4.0" in ours(scraper, TEXT[0]).decode()
