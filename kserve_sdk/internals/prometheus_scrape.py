@@ -9,11 +9,12 @@ encoders write for them (text 0.0.4 and OpenMetrics 1.0, with its name escaping)
 Why: prometheus-client parses every entry's JSON key and formats every sample's labels again on each scrape, on
 the event loop, which costs a server of many models a pause at every scrape. Here a file is parsed once: until it
 is compacted (another file, renamed over it, with another generation in its header) it only grows, so a scrape
-parses only the entries added since the last one. Each sample's line up to its value is kept, and the text of its value while it stays the same, so a
-scrape reads the numbers and writes those that changed. The figures are in docs/performance.md.
+parses only the entries added since the last one. Each sample's line up to its value is kept, and the text of
+its value while it stays the same, so a scrape reads the numbers and writes those that changed. The figures are
+in docs/performance.md.
 
-Plain path (``KSERVE_SDK_INTERNALS=off``, or any other collector in the registry): metrics.render uses
-prometheus-client's ``MultiProcessCollector`` and encoders.
+Plain path (``KSERVE_SDK_INTERNALS=off``): metrics.render uses prometheus-client's ``MultiProcessCollector`` and
+encoders.
 """
 import json
 import os
