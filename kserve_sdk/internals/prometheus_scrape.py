@@ -24,6 +24,8 @@ from typing import Dict, List, Optional, Set, Tuple
 from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.utils import floatToGoString
 
+from .prometheus_values import entry_size, key_at, read_header
+
 #: Gauge modes whose processes' values are combined into one sample, and how.
 _COMBINED = {"sum": "sum", "livesum": "sum", "max": "max", "livemax": "max", "min": "min", "livemin": "min",
              "mostrecent": "recent", "livemostrecent": "recent"}
@@ -125,7 +127,8 @@ class Scraper:
         with open(os.path.join(self._directory, name), "rb") as stream:
             inode = os.fstat(stream.fileno()).st_ino
             data = stream.read()
-        used, identity = int.from_bytes(data[0:4], "little"), (inode, data[4:8])
+        used, generation = read_header(data)
+        identity = (inode, generation)
         known = self._files.get(name)
         if known is None or known.identity != identity or known.parsed > used:
             known = self._files[name] = _File(identity)
@@ -148,16 +151,14 @@ class Scraper:
         pid = parts[2][:-3] if typ == "gauge" and parts[1] not in _COMBINED else None
         position = known.parsed
         while position < used:
-            length = int.from_bytes(data[position:position + 4], "little")
-            key = data[position + 4:position + 4 + length]
-            position += 4 + length + (8 - (length + 4) % 8)
+            key = key_at(data, position)
+            position += entry_size(len(key))
             sid = self._ids.get((kind, pid, key))
             if sid is None:
                 sid = self._ids[kind, pid, key] = self._add(typ, pid, key)
-            known.offsets.append(position >> 3)
+            known.offsets.append((position - 16) >> 3)  # the entry's value, before its timestamp
             known.sids.append(sid)
             known.families.add(self._family_of[sid].name)
-            position += 16
         known.parsed = used
 
     def _add(self, typ: str, pid: Optional[str], key: bytes) -> int:

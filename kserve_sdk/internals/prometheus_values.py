@@ -54,9 +54,19 @@ def _directory() -> str:
     return os.environ["PROMETHEUS_MULTIPROC_DIR"]
 
 
-def _entry_size(encoded_length: int) -> int:
+def entry_size(encoded_length: int) -> int:
     """Bytes of an entry whose key is ``encoded_length`` bytes long: length, padded key, two doubles."""
     return 4 + encoded_length + (8 - (encoded_length + 4) % 8) + 16
+
+
+def _new_header(used: int) -> bytes:
+    """A file's first 8 bytes: the bytes used, and a new random generation in the padding."""
+    return _INT.pack(used) + os.urandom(4)
+
+
+def read_header(data) -> "tuple[int, bytes]":
+    """The bytes used and the generation in a file's first 8 bytes."""
+    return _INT.unpack_from(data, 0)[0], bytes(data[4:8])
 
 
 class _ValueFile:
@@ -103,7 +113,7 @@ class _ValueFile:
         while start < used:
             key = key_at(self._maps[-1], start)
             self._starts[_digest(key)] = start
-            start += _entry_size(len(key))
+            start += entry_size(len(key))
 
     def slot(self, key: str) -> "tuple[int, memoryview]":
         """Where the entry of ``key`` starts, and a writable view of its (value, timestamp) doubles; the
@@ -113,7 +123,7 @@ class _ValueFile:
         start = self._starts.get(digest)
         if start is None:
             start = self._starts[digest] = self._add(encoded)
-        return start, self._view(start + _entry_size(len(encoded)) - 16)
+        return start, self._view(start + entry_size(len(encoded)) - 16)
 
     def _view(self, pos: int) -> memoryview:
         return self._doubles[pos >> 3:(pos >> 3) + 2]
@@ -137,7 +147,7 @@ class _ValueFile:
         digest = _digest(key)
         if self._starts.get(digest) == start:
             del self._starts[digest]
-            end = start + _entry_size(len(key))
+            end = start + entry_size(len(key))
             self._maps[-1][end - 16:end] = _ZEROS
             self._dead += end - start
 
@@ -162,7 +172,7 @@ class _ValueFile:
         self._maps = []
         self._doubles = self._map(new_file)
         self._maps[-1][8:used] = b"".join(old[begin:end] for begin, end in runs)
-        self._maps[-1][0:8] = _INT.pack(used) + os.urandom(4)  # the bytes used, and the file's generation
+        self._maps[-1][0:8] = _new_header(used)
         os.replace(temporary, self._path)
         self._file.close()  # the old mappings stay valid while views of them live
         self._file, self._used, self._dead = new_file, used, 0
@@ -186,7 +196,7 @@ def _plan(data, starts: List[int]) -> "tuple[Dict[int, tuple[int, int]], List[Li
     runs: List[List[int]] = []
     used = 8
     for start in starts:
-        size = _entry_size(_INT.unpack_from(data, start)[0])
+        size = entry_size(_INT.unpack_from(data, start)[0])
         if runs and runs[-1][1] == start:
             runs[-1][1] = start + size
         else:
@@ -200,7 +210,7 @@ def _create(path: str) -> None:
     """A new, empty file at ``path``, made whole under a temporary name first: a scrape never reads it empty."""
     temporary = path + ".new"  # not *.db: scrapes do not read it
     with open(temporary, "w+b") as file:
-        file.write(_INT.pack(8) + os.urandom(4))  # the bytes used (the header alone), and the file's generation
+        file.write(_new_header(8))  # the header alone
         file.truncate(_INITIAL_SIZE)
     os.replace(temporary, path)
 
