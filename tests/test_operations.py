@@ -62,11 +62,20 @@ def test_metrics_count_rest_grpc_and_streams(start_server, workers):
 
 
 def test_metrics_content_negotiation(zoo):
+    assert post_json(zoo.http_port, "/v1/models/echo:predict", {"instances": [1]})[0] == 200
     plain = httpx.get(f"{zoo.url}/metrics")
     assert plain.headers["content-type"].startswith("text/plain")
     openmetrics = httpx.get(f"{zoo.url}/metrics", headers={"Accept": "application/openmetrics-text"})
     assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")
     assert openmetrics.text.rstrip().endswith("# EOF")
+    # Each body as its own format's parser reads it (OpenMetrics' strictly: one # EOF, each family's samples
+    # together, buckets in order): the same families, the counters' names without _total in OpenMetrics.
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
+    from prometheus_client.parser import text_string_to_metric_families as text_families
+
+    in_text = {family.name: family.type for family in text_families(plain.text)}
+    in_openmetrics = {family.name: family.type for family in openmetrics_families(openmetrics.text)}
+    assert in_openmetrics == in_text and in_text["request_predict_seconds"] == "histogram"
 
 
 LOG_CONFIGS = {
